@@ -1,0 +1,133 @@
+"""A budget: the share of one device a model is tuned for and runs with.
+
+A plain value: it imports no TVM and nothing else of resaware's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+
+class BudgetError(ValueError):
+    """A budget that cannot be parsed or realised."""
+
+
+@dataclass(frozen=True, order=True)
+class Budget:
+    """A fraction of one device, in (0, 1]."""
+
+    fraction: float
+
+    def __post_init__(self):
+        f = self.fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or math.isnan(f) or not 0 < f <= 1:
+            raise BudgetError(f"budget {f!r} is outside (0, 1]: give a fraction like 0.5 or a percent like 50%")
+        object.__setattr__(self, "fraction", float(f))
+
+    @classmethod
+    def parse(cls, value: Budget | float | int | str) -> Budget:
+        """Read `0.5`, `"50%"` or `"50"`: a bare number <= 1 is a fraction, > 1 a percent."""
+        if isinstance(value, Budget):
+            return value
+        text = str(value).strip()
+        percent = text.endswith("%")
+        try:
+            number = float(text[:-1] if percent else text)
+        except ValueError:
+            raise BudgetError(
+                f"budget {value!r} is not a number: give a fraction like 0.5 or a percent like 50%"
+            ) from None
+        if math.isnan(number) or math.isinf(number):
+            raise BudgetError(
+                f"budget {value!r} is not a finite number: give a fraction like 0.5 or a percent like 50%"
+            )
+        if percent or number > 1:
+            number /= 100.0
+        if not 0 < number <= 1:
+            raise BudgetError(f"budget {value!r} is outside (0%, 100%]: give a fraction like 0.5 or a percent like 50%")
+        return cls(number)
+
+    @classmethod
+    def parse_list(cls, text: str) -> list[Budget]:
+        """Read a comma-separated list (`"50%,100%"`), keeping order and dropping repeats."""
+        budgets = [cls.parse(part) for part in str(text).split(",") if part.strip()]
+        if not budgets:
+            raise BudgetError(f"no budget in {text!r}: give e.g. 50%,100%")
+        return list(dict.fromkeys(budgets))
+
+    @property
+    def percent(self) -> float:
+        return self.fraction * 100.0
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%"
+
+    def core_count(self, usable: int) -> int:
+        """Cores this budget realises on a CPU with `usable` cores: max(1, round-half-up(f x usable))."""
+        if usable < 1:
+            raise BudgetError("no usable CPU cores in this process's affinity")
+        exact = Decimal(repr(self.fraction)) * usable
+        return max(1, min(usable, int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))))
+
+    def cpu(self, usable_cores: list[int] | tuple[int, ...]) -> CpuShare:
+        """The concrete core set: the highest-numbered cores, so the tuner keeps the low ones."""
+        usable = tuple(sorted(usable_cores))
+        n = self.core_count(len(usable))
+        return CpuShare(asked=self, cores=usable[len(usable) - n :], usable=usable)
+
+    @property
+    def mps_percentage(self) -> int:
+        """`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for this budget (1..100)."""
+        return max(1, min(100, int(Decimal(repr(self.percent)).quantize(Decimal(1), rounding=ROUND_HALF_UP))))
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """A budget realised on a CPU: the cores that measure or run, out of the usable ones."""
+
+    asked: Budget
+    cores: tuple[int, ...]
+    usable: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.cores)
+
+    @property
+    def fraction(self) -> float:
+        return self.count / len(self.usable)
+
+    @property
+    def realised(self) -> Budget:
+        return Budget(self.fraction)
+
+    @property
+    def rest(self) -> tuple[int, ...]:
+        """Usable cores outside the share: where the tuner's own work can go."""
+        return tuple(c for c in self.usable if c not in self.cores)
+
+    @property
+    def key(self) -> str:
+        """Store key of the realised share, e.g. `cpu-1of2`."""
+        return f"cpu-{self.count}of{len(self.usable)}"
+
+    def describe(self) -> str:
+        return f"{self.asked} → {self.count} of {len(self.usable)} cores"
+
+    @property
+    def exact(self) -> bool:
+        return math.isclose(self.fraction, self.asked.fraction, rel_tol=1e-9)
+
+
+_said: set[tuple] = set()
+
+
+def announce(share: CpuShare, stream=sys.stderr) -> None:
+    """Say once per process when a budget maps to another share than asked."""
+    marker = (share.asked, share.count, len(share.usable))
+    if not share.exact and marker not in _said:
+        _said.add(marker)
+        print(f"resaware: budget {share.describe()} ({share.fraction:.0%} realised)", file=stream)

@@ -1,0 +1,193 @@
+"""The `resaware` command: a thin layer over the Python API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from .budget import Budget, BudgetError
+from .errors import ResawareError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2, no usage dump
+        self.exit(2, f"resaware: error: {message} (see `{self.prog} --help`)\n")
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `30m`, `1h30m` or bare seconds -> seconds."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", text)
+        if not parts or "".join(a + b for a, b in parts) != text:
+            raise ResawareError(f"--time {text!r} is not a duration: use e.g. 90s, 30m or 1h30m")
+        seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    if seconds <= 0:
+        raise ResawareError(f"--time {text!r} must be longer than zero")
+    return seconds
+
+
+def _model_args(p):
+    p.add_argument("model", help="an .onnx file or zoo:NAME (see `resaware zoo`)")
+    p.add_argument(
+        "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
+    )
+
+
+def _store_arg(p):
+    p.add_argument("--store", help="store directory (default: $RESAWARE_STORE or the user cache)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="resaware", description="Tune models with TVM MetaSchedule for the share of a device they will run on."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("zoo", help="list the zoo models (zoo:NAME)")
+
+    p = sub.add_parser("tasks", help="list a model's tuning tasks")
+    _model_args(p)
+    p.add_argument("--budget", default="100%", help="budget whose target the tasks are extracted for")
+
+    p = sub.add_parser("tune", help="tune a model at one or more budgets")
+    _model_args(p)
+    p.add_argument("--budgets", required=True, help="comma-separated budgets, e.g. 50%%,100%%")
+    p.add_argument("--trials", required=True, type=int, help="measured candidates per budget, counted in the store")
+    _store_arg(p)
+    p.add_argument("--time", help="wall-clock limit per budget (e.g. 30m); stops at trials or time, whichever first")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("compile", help="compile a model for a budget from the store's records")
+    _model_args(p)
+    p.add_argument("--budget", required=True, help="the budget the model will run with")
+    p.add_argument("--target", default="llvm", choices=["llvm", "cuda"])
+    _store_arg(p)
+    p.add_argument("-o", "--output", required=True, help="path of the compiled module (.so)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the default schedules for untuned kernels")
+
+    p = sub.add_parser("run", help="run a compiled module and time it under a budget")
+    p.add_argument("module", help="a module written by `resaware compile`")
+    p.add_argument("--budget", help="budget to time it at (default: the one it was compiled for)")
+    p.add_argument("--inputs", help=".npz with one array per input (by name, else in order); default random")
+    p.add_argument("-o", "--output", help="write the outputs to this .npz")
+    p.add_argument("--repeat", type=int, default=50, help="timed runs")
+
+    p = sub.add_parser("store", help="inspect a store")
+    store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
+    show = store_sub.add_parser("show", help="hardware, budgets, tasks, trials and best latencies")
+    _store_arg(show)
+    show.add_argument("-v", "--verbose", action="store_true", help="one line per task")
+    return parser
+
+
+def _load_model(args):
+    from .model import load_onnx, parse_shapes
+
+    return load_onnx(args.model, parse_shapes(args.shape))
+
+
+def _cmd_zoo(args):
+    from . import zoo
+
+    for name in zoo.names():
+        print(f"zoo:{name}")
+
+
+def _cmd_tasks(args):
+    from . import confine, hardware, intrinsics
+    from .tasks import extract, table
+
+    intrinsics.register("llvm")
+    model = _load_model(args)
+    share = Budget.parse(args.budget).cpu(confine.usable_cores())
+    print(table(extract(model, hardware.llvm_target(share.count))))
+
+
+def _cmd_tune(args):
+    from .tune import tune
+
+    if args.trials < 0:
+        raise ResawareError(f"--trials must be >= 0, got {args.trials}")
+    budgets = Budget.parse_list(args.budgets)
+    limit = parse_duration(args.time) if args.time else None
+    model = _load_model(args)
+    report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
+                  progress=not args.no_progress and not args.json)  # fmt: skip
+    print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
+
+
+def _cmd_compile(args):
+    from .compile import compile
+
+    budget = Budget.parse(args.budget)
+    model = _load_model(args)
+    compiled = compile(model, budget, store=args.store, target=args.target, seed=args.seed)
+    path = compiled.export(args.output)
+    info = compiled.info
+    print(f"wrote {path} ({info['model']} for {info['budget']}, tuned at {info['tuned_at'] or 'nothing'}: "
+          f"{info['tuned_tasks']}/{info['tasks']} kernels from records)")  # fmt: skip
+
+
+def _read_inputs(path, compiled):
+    import numpy as np
+
+    try:
+        data = np.load(path)
+    except Exception as error:
+        raise ResawareError(f"--inputs {path!r} is not a readable .npz file ({type(error).__name__})") from None
+    names = [s["name"] for s in compiled.inputs]
+    if names and set(names) <= set(data.files):
+        return [data[n] for n in names]
+    return [data[k] for k in data.files]
+
+
+def _cmd_run(args):
+    import numpy as np
+
+    from .compiled import load
+
+    if args.repeat < 1:
+        raise ResawareError(f"--repeat must be at least 1, got {args.repeat}")
+    budget = Budget.parse(args.budget) if args.budget else None
+    compiled = load(args.module)
+    inputs = _read_inputs(args.inputs, compiled) if args.inputs else compiled.random_inputs(0)
+    outputs = compiled(*inputs)
+    names = compiled.info.get("outputs") or [f"output_{i}" for i in range(len(outputs))]
+    for name, out in zip(names, outputs):
+        print(f"{name}: {out.dtype} {tuple(out.shape)}  mean {float(np.mean(out)):.6g}  max {float(np.max(out)):.6g}")
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"wrote {args.output}")
+    print(f"latency: {compiled.benchmark(budget=budget, repeat=args.repeat)}")
+
+
+def _cmd_store(args):
+    from .store import Store
+
+    print(Store.open(args.store).show(verbose=args.verbose))
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "tune": _cmd_tune, "compile": _cmd_compile,
+               "run": _cmd_run, "store": _cmd_store}[args.command]  # fmt: skip
+    try:
+        handler(args)
+    except (ResawareError, BudgetError) as error:
+        print(f"resaware: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("resaware: interrupted; every record measured so far is kept in the store", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

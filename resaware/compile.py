@@ -1,0 +1,138 @@
+"""Compiling a model for the budget it will run with, from the store's records. Never tunes.
+
+The fallback chain, always said aloud: records of the exact realised budget, else of the nearest
+stored budget (ties go to the larger), and for kernels without records a default schedule: the best
+by the budget's cost model among seeded samples of MetaSchedule's design space (parallel and
+vectorised, unlike TVM's naive loops), or the first sample when no cost model is trained yet.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from . import confine, hardware, intrinsics, quiet
+from .budget import Budget, announce
+from .compiled import CompiledModel
+from .model import resolve
+from .store import Slot, Store
+from .tasks import Task, extract, lower
+
+
+def nearest(slots: list[Slot], fraction: float) -> Slot | None:
+    """The slot whose realised budget is closest to `fraction`; ties go to the larger budget."""
+    if not slots:
+        return None
+    return min(slots, key=lambda s: (round(abs(s.fraction - fraction), 9), -s.fraction))
+
+
+def _say(message: str) -> None:
+    print(f"resaware: {message}", file=sys.stderr)
+
+
+def _trained(cost_model) -> bool:
+    return cost_model is not None and getattr(cost_model, "booster", None) is not None
+
+
+def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 16):
+    """A measured-nothing, deterministic schedule for `task` (a MetaSchedule trace)."""
+    context = ms.TuneContext(
+        mod=task.mod,
+        target=target,
+        space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(),
+        task_name=task.name,
+        rand_state=seed,
+        num_threads=1,
+    )
+    with quiet.native_stderr():
+        spaces = context.generate_design_space()
+    context.pre_tuning(max_trials=samples, num_trials_per_iter=samples, design_spaces=spaces)
+    candidates = context.generate_measure_candidates() or []
+    context.post_tuning()
+    if not candidates:
+        return None
+    if _trained(cost_model):
+        scores = cost_model.predict(context, candidates)
+        best = max(range(len(candidates)), key=lambda i: (float(scores[i]), -i))
+        return candidates[best].sch.trace
+    return candidates[0].sch.trace
+
+
+def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None) -> CompiledModel:  # noqa: A001
+    """Compile `model` for `budget` with the store's records; never tunes or measures."""
+    if target != "llvm":
+        from .errors import ResawareError
+
+        raise ResawareError(
+            f"target {target!r} is not supported yet: use --target llvm (CUDA budgets come with the CUDA work)"
+        )
+    started = time.monotonic()
+    intrinsics.register("llvm")
+    model = resolve(model, shapes)
+    budget = Budget.parse(budget)
+    share = budget.cpu(confine.usable_cores())
+    announce(share)
+    tvm_target = hardware.llvm_target(share.count)
+    hw = hardware.detect()
+    store = Store.open(store)
+    slots = store.slots(hw, "llvm")
+    slot = nearest(slots, share.fraction)
+    if slot is None:
+        others = [h.id for h in store.hardware() if h.id != hw.id]
+        why = f" (it has records for other hardware: {', '.join(others)})" if others else ""
+        _say(f"warning: store {store.root} has no records for this hardware{why}; every kernel gets a default schedule")
+    elif slot.key == share.key:
+        _say(f"compiling for {share.describe()} with records tuned at exactly that share ({slot.key})")
+    else:
+        _say(
+            f"compiling for {share.describe()} with records tuned at {slot.fraction:.0%} ({slot.key}), the nearest stored budget"
+        )
+
+    lowered = lower(model, tvm_target)
+    tasks = extract(model, tvm_target, lowered)
+    tuned_db = slot.database() if slot is not None else ms.database.MemoryDatabase()
+    stats = slot.stats(tuned_db) if slot is not None else {}
+    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    defaults = ms.database.MemoryDatabase()
+    if untuned:
+        cost_model = slot.load_cost_model(1) if slot is not None and slot.cost_model_file.exists() else None
+        for task in untuned:
+            trace = default_schedule(task, tvm_target, cost_model, seed)
+            if trace is None:
+                continue
+            workload = defaults.commit_workload(task.mod)
+            defaults.commit_tuning_record(ms.database.TuningRecord(trace, workload, [1.0], tvm_target, None))
+        how = (
+            "the cost model's pick of seeded design-space samples"
+            if _trained(cost_model)
+            else "a seeded design-space sample (no trained cost model)"
+        )
+        _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get {how}")
+    database = ms.database.OrderedUnionDatabase(tuned_db, defaults)
+    with tvm_target, database:
+        scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(lowered)
+    executable = tvm.compile(scheduled, target=tvm_target)
+    info = {
+        "model": model.name,
+        "model_digest": model.digest,
+        "inputs": [s.to_json() for s in model.inputs],
+        "outputs": model.outputs,
+        "budget": str(budget),
+        "realised": share.fraction,
+        "cores": share.count,
+        "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
+        "tuned_slot": slot.key if slot is not None else None,
+        "hardware": hw.id,
+        "tvm_version": hw.tvm_version,
+        "target": hardware.target_json(tvm_target),
+        "tasks": len(tasks),
+        "tuned_tasks": len(tasks) - len(untuned),
+        "default_tasks": len(untuned),
+        "compile_seconds": round(time.monotonic() - started, 2),
+    }
+    return CompiledModel(executable, info)

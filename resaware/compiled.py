@@ -1,0 +1,249 @@
+"""A compiled model: run it, time it under a budget, export it, load it back.
+
+Only the TVM runtime is needed here, so an exported module loads and runs in a process started with
+`TVM_USE_RUNTIME_LIB=1` (no compiler). Provenance (budget tuned for, hardware, inputs) travels in a
+JSON file beside the library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .budget import Budget
+from .errors import ResawareError
+
+SIDECAR = ".resaware.json"
+
+
+@dataclass
+class Latency:
+    """Wall-clock latency of one inference, in a process confined to `cores`."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    mean_ms: float
+    runs: int
+    budget: str
+    cores: list[int]
+
+    def __str__(self) -> str:
+        return (f"{self.median_ms:.3f} ms median (p10 {self.p10_ms:.3f}, p90 {self.p90_ms:.3f}; "
+                f"{self.runs} runs at {self.budget} on cores {self.cores})")  # fmt: skip
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+class CompiledModel:
+    """A Relax VM module built for one budget. Call it like ONNX Runtime's `run(None, feeds)`."""
+
+    def __init__(self, module, info: dict, path: str | None = None):
+        import tvm
+
+        self._module = module
+        self.info = info
+        self.path = path
+        from tvm.runtime.vm import VirtualMachine
+
+        self._vm = VirtualMachine(module, tvm.cpu())
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.info.get("inputs", [])
+
+    @property
+    def budget(self) -> str | None:
+        return self.info.get("budget")
+
+    def _arrays(self, args, kwargs) -> list[np.ndarray]:
+        specs = self.inputs
+        if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
+            kwargs, args = args[0], ()
+        if kwargs:
+            if args:
+                raise ResawareError("give inputs either positionally or by name, not both")
+            names = [s["name"] for s in specs]
+            unknown = sorted(set(kwargs) - set(names))
+            missing = [n for n in names if n not in kwargs]
+            if unknown or missing:
+                raise ResawareError(
+                    f"inputs by name: unknown {unknown or 'none'}, missing {missing or 'none'}; the model takes {names}"
+                )
+            args = tuple(kwargs[n] for n in names)
+        if specs and len(args) != len(specs):
+            raise ResawareError(
+                f"the model takes {len(specs)} input(s) ({', '.join(s['name'] for s in specs)}), got {len(args)}"
+            )
+        arrays = []
+        for i, value in enumerate(args):
+            array = np.ascontiguousarray(value)
+            if specs:
+                spec = specs[i]
+                if tuple(array.shape) != tuple(spec["shape"]) or str(array.dtype) != spec["dtype"]:
+                    raise ResawareError(
+                        f"input {spec['name']!r} must be {spec['dtype']} of shape {tuple(spec['shape'])}, "
+                        f"got {array.dtype} of shape {tuple(array.shape)}"
+                    )
+            arrays.append(array)
+        return arrays
+
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        """Run once; returns every output as a NumPy array, in output order."""
+        import tvm
+
+        tensors = [tvm.runtime.tensor(a) for a in self._arrays(args, kwargs)]
+        return _flatten(self._vm["main"](*tensors))
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        out = []
+        for spec in self.inputs:
+            if np.issubdtype(np.dtype(spec["dtype"]), np.floating):
+                out.append(rng.standard_normal(spec["shape"]).astype(spec["dtype"]))
+            else:
+                out.append(rng.integers(0, 8, size=spec["shape"]).astype(spec["dtype"]))
+        return out
+
+    def export(self, path: str | os.PathLike) -> str:
+        """Write the shared library to `path` and its provenance beside it; returns the path."""
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.so")
+        from .quiet import native_stderr
+
+        with native_stderr():
+            self._module.export_library(tmp)
+        os.replace(tmp, path)
+        with open(path + SIDECAR + ".tmp", "w") as f:
+            json.dump(self.info, f, indent=1)
+        os.replace(path + SIDECAR + ".tmp", path + SIDECAR)
+        self.path = path
+        return path
+
+    def benchmark(self, budget=None, repeat: int = 50, warmup: int = 5, min_seconds: float = 0.0) -> Latency:
+        """Latency in a fresh process confined to `budget` (default: the budget it was compiled for)."""
+        budget = Budget.parse(budget if budget is not None else (self.budget or 1.0))
+        from .confine import usable_cores
+
+        share = budget.cpu(usable_cores())
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self.path
+            if path is None or not os.path.exists(path):
+                path = self.export(os.path.join(tmp, "model.so"))
+                self.path = None
+            return run_confined(path, share.cores, str(budget), repeat, warmup, min_seconds, self.inputs)
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.info.get('model')!r}, budget={self.budget}, tuned_at={self.info.get('tuned_at')})"
+
+
+def _flatten(result) -> list[np.ndarray]:
+    import tvm
+
+    if isinstance(result, tvm.runtime.Tensor):
+        return [result.numpy()]
+    out = []
+    for item in result:
+        out.extend(_flatten(item))
+    return out
+
+
+def run_confined(
+    path: str, cores, budget: str, repeat: int, warmup: int, min_seconds: float, inputs: list[dict]
+) -> Latency:
+    """Time `path` in a subprocess pinned to `cores` with the TVM runtime alone."""
+    from .confine import environment
+
+    env = {**os.environ, **environment(len(cores)), "TVM_USE_RUNTIME_LIB": "1"}
+    cores = sorted(cores)
+    command = [
+        sys.executable,
+        "-m",
+        "resaware.compiled",
+        path,
+        json.dumps({"repeat": repeat, "warmup": warmup, "min_seconds": min_seconds, "inputs": inputs}),
+    ]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, cores)
+    )
+    if done.returncode != 0:
+        raise ResawareError(
+            f"benchmark process failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+        )
+    times = json.loads(done.stdout.strip().splitlines()[-1])
+    return Latency(
+        statistics.median(times),
+        _percentile(times, 10),
+        _percentile(times, 90),
+        statistics.fmean(times),
+        len(times),
+        budget,
+        cores,
+    )
+
+
+def load(path: str | os.PathLike) -> CompiledModel:
+    """Load a module written by `CompiledModel.export` (needs only the TVM runtime)."""
+    import tvm
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ResawareError(f"compiled module {path!r} does not exist: write one with `resaware compile MODEL -o PATH`")
+    try:
+        module = tvm.runtime.load_module(path)
+    except Exception as error:
+        raise ResawareError(
+            f"{path!r} is not a compiled TVM module ({str(error).strip().splitlines()[-1][:200]})"
+        ) from None
+    info = {}
+    if os.path.exists(path + SIDECAR):
+        with open(path + SIDECAR) as f:
+            info = json.load(f)
+    else:
+        print(
+            f"resaware: {path + SIDECAR} is missing: inputs are not checked and provenance is unknown", file=sys.stderr
+        )
+    return CompiledModel(module, info, path)
+
+
+def _time_main(path: str, options: dict) -> list[float]:
+    import tvm
+
+    from .confine import thread_masks
+
+    model = (
+        load(path)
+        if os.path.exists(path + SIDECAR)
+        else CompiledModel(tvm.runtime.load_module(path), {"inputs": options["inputs"]}, path)
+    )
+    tensors = [tvm.runtime.tensor(a) for a in model.random_inputs(0)]
+    main = model._vm["main"]
+    for _ in range(options["warmup"]):
+        main(*tensors)
+    times = []
+    start = time.perf_counter()
+    while len(times) < options["repeat"] or time.perf_counter() - start < options["min_seconds"]:
+        t0 = time.perf_counter()
+        main(*tensors)
+        times.append((time.perf_counter() - t0) * 1e3)
+    allowed = os.sched_getaffinity(0)
+    strays = {tid: m for tid, m in thread_masks().items() if not m <= allowed}
+    if strays:
+        raise SystemExit(f"threads escaped the budget's cores {sorted(allowed)}: {strays}")
+    return times
+
+
+if __name__ == "__main__":
+    print(json.dumps(_time_main(sys.argv[1], json.loads(sys.argv[2]))))

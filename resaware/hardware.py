@@ -1,0 +1,126 @@
+"""The hardware a store is keyed by, and the TVM target for a budget on it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cache
+
+from . import confine
+
+# ISA extensions that change what LLVM can emit for the kernels we tune.
+_ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+    "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+    "asimd", "sve", "sve2", "asimddp", "i8mm", "bf16",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a store's records were measured on. `id` is derived from the fields that matter."""
+
+    cpu_model: str
+    mcpu: str
+    isa: tuple[str, ...]
+    usable_cores: int
+    tvm_version: str
+    machine: str = field(default_factory=platform.machine)
+    gpu_name: str | None = None
+    gpu_sms: int | None = None
+    gpu_arch: str | None = None
+
+    @property
+    def id(self) -> str:
+        """Store directory name: readable prefix plus a hash of everything that changes speed."""
+        keyed = [self.cpu_model, self.mcpu, ",".join(self.isa), self.machine, self.tvm_version]
+        if self.gpu_name:
+            keyed += [self.gpu_name, str(self.gpu_sms), str(self.gpu_arch)]
+        digest = hashlib.sha256("|".join(keyed).encode()).hexdigest()[:10]
+        return f"{_slug(self.cpu_model)}-{self.mcpu}-{digest}"
+
+    def to_json(self) -> dict:
+        return {"id": self.id, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Hardware:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["isa"] = tuple(fields.get("isa", ()))
+        return cls(**fields)
+
+    def describe(self) -> str:
+        gpu = f", GPU {self.gpu_name} ({self.gpu_sms} SMs)" if self.gpu_name else ""
+        return f"{self.cpu_model} ({self.mcpu}, {self.usable_cores} usable cores{gpu}), TVM {self.tvm_version}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "cpu"
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Model", "CPU part") and model in ("unknown", "", platform.machine()):
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+@cache
+def host_mcpu() -> str:
+    """LLVM's name for this CPU; without it LLVM emits generic code (no AVX on x86-64)."""
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
+@cache
+def _gpu() -> tuple[str | None, int | None, str | None]:
+    try:
+        import tvm
+
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            return None, None, None
+        return str(dev.device_name), int(dev.multi_processor_count), f"sm_{str(dev.compute_version).replace('.', '')}"
+    except Exception:  # no CUDA runtime at all
+        return None, None, None
+
+
+def detect(with_gpu: bool = False) -> Hardware:
+    """Describe this machine as this process sees it (its affinity decides the usable cores)."""
+    import tvm
+
+    model, flags = _cpuinfo()
+    gpu_name, gpu_sms, gpu_arch = _gpu() if with_gpu else (None, None, None)
+    return Hardware(
+        cpu_model=model,
+        mcpu=host_mcpu(),
+        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        usable_cores=len(confine.usable_cores()),
+        tvm_version=str(tvm.__version__),
+        gpu_name=gpu_name,
+        gpu_sms=gpu_sms,
+        gpu_arch=gpu_arch,
+    )
+
+
+def llvm_target(cores: int):
+    """The LLVM target for `cores` threads on the host CPU."""
+    from tvm.target import Target
+
+    return Target({"kind": "llvm", "mcpu": host_mcpu(), "num-cores": int(cores)})
+
+
+def target_json(target) -> str:
+    return json.dumps({k: str(v) for k, v in target.export().items()}, sort_keys=True)

@@ -1,0 +1,211 @@
+"""Building and measuring candidates for MetaSchedule, under a budget.
+
+Two pieces that tuning hands to MetaSchedule's task scheduler:
+- `PooledBuilder`: compiles candidates in a pool of worker processes that lives as long as the tuner
+  (TVM's `LocalBuilder` starts a fresh pool every batch and imports the tensor intrinsics in each
+  worker, ~48 s on a small machine), pinned to the cores the tuner owns.
+- `ConfinedRunner`: times each candidate in one persistent worker confined to the budget's cores,
+  with TVM's thread count set to match. Measuring is synchronous: while it runs the tuner waits, so
+  when the budget takes every core the measurement still has them to itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
+from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+from tvm.support.popen_pool import PopenPoolExecutor
+
+from . import confine
+
+ARTIFACT_ROOT = os.path.join(tempfile.gettempdir(), "resaware-artifacts")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each candidate is timed: `repeat` samples, each at least `min_repeat_ms` long."""
+
+    repeat: int = 3
+    min_repeat_ms: int = 40
+    timeout_s: float = 30.0
+
+    def evaluator(self) -> EvaluatorConfig:
+        return EvaluatorConfig(number=1, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms)
+
+
+def _enter(cores: tuple[int, ...]) -> None:
+    confine.enter(cores)
+
+
+def _build_one(mod, target) -> str:
+    """Compile one candidate to a shared library in its own directory (the tuner removes it after)."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    try:
+        lib = tvm.compile(mod, target=target)
+    except Exception as error:
+        # Tensorised schedules name intrinsics that are registered only by this (slow) import.
+        if "intrin" not in str(error).lower():
+            raise
+        from .intrinsics import register
+
+        register(str(target.kind.name))
+        lib = tvm.compile(mod, target=target)
+    os.makedirs(ARTIFACT_ROOT, exist_ok=True)
+    path = os.path.join(tempfile.mkdtemp(dir=ARTIFACT_ROOT), "candidate.so")
+    lib.export_library(path)
+    return path
+
+
+@derived_object
+class PooledBuilder(PyBuilder):
+    """A persistent pool of build workers pinned to `cores`."""
+
+    def __init__(self, cores: tuple[int, ...], workers: int | None = None, timeout_s: float = 60.0):
+        super().__init__()
+        self.cores = tuple(cores)
+        self.timeout_s = timeout_s
+        self.pool = PopenPoolExecutor(
+            max_workers=workers or len(self.cores),
+            timeout=timeout_s,
+            initializer=_enter,
+            initargs=(self.cores,),
+            # Workers leak a little per build in TVM; recycle them now and then, not every batch.
+            maximum_process_uses=200,
+        )
+
+    def build(self, build_inputs):
+        futures = [self.pool.submit(_build_one, item.mod, item.target) for item in build_inputs]
+        results = []
+        for future in futures:
+            try:
+                results.append(BuilderResult(future.result(), None))
+            except FutureTimeout:
+                results.append(BuilderResult(None, f"build timed out after {self.timeout_s:g} s"))
+            except Exception as error:  # a failed candidate is a record, not a crash
+                results.append(BuilderResult(None, f"build failed: {error}"))
+        return results
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
+def _random_args(args_info, device):
+    import numpy as np
+    import tvm
+
+    rng = np.random.default_rng(0)
+    args = []
+    for kind, dtype, shape in args_info:
+        if kind != "TENSOR":
+            raise NotImplementedError(f"argument kind {kind}")
+        if "float" in dtype:
+            data = rng.uniform(-1, 1, size=shape).astype(dtype)
+        else:
+            data = rng.integers(0, 8, size=shape).astype(dtype)
+        args.append(tvm.runtime.tensor(data, device=device))
+    return args
+
+
+def _measure_one(artifact_path: str, device_type: str, args_info, evaluator: EvaluatorConfig) -> list[float]:
+    """Time one built candidate in this (confined) worker; seconds per run, one per repeat."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    module = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device("cpu" if device_type == "llvm" else device_type, 0)
+    return run_evaluator_common(module, device, evaluator, [_random_args(args_info, device)])
+
+
+def _worker_state() -> dict:
+    """What the measuring worker looks like from inside: every thread's mask and its TVM settings."""
+    return {
+        "pid": os.getpid(),
+        "masks": {tid: sorted(mask) for tid, mask in confine.thread_masks().items()},
+        "env": {k: os.environ.get(k) for k in confine.environment(1)},
+    }
+
+
+def _spin(seconds: float) -> dict:
+    """Busy-loop TVM's thread pool for `seconds` and report where every thread ran (for tests)."""
+    import time
+
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    n = 1 << 20
+    a = te.placeholder((n,), name="a")
+    b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="b")
+    func = te.create_prim_func([a, b])
+    sch = tvm.s_tir.Schedule(func)
+    (i,) = sch.get_loops(sch.get_sblock("b"))
+    sch.parallel(i)
+    lib = tvm.compile(sch.mod, target="llvm")
+    x = tvm.runtime.tensor(np.ones(n, "float32"))
+    y = tvm.runtime.tensor(np.zeros(n, "float32"))
+    cpus = {}
+    end = time.time() + seconds
+    while time.time() < end:
+        lib(x, y)
+        for tid in confine.thread_ids():
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    cpus.setdefault(tid, set()).add(int(f.read().rsplit(")", 1)[1].split()[36]))
+            except OSError:
+                pass
+    state = _worker_state()
+    state["ran_on"] = {tid: sorted(c) for tid, c in cpus.items()}
+    return state
+
+
+@derived_object
+class ConfinedRunner(PyRunner):
+    """Times candidates one at a time in a persistent worker confined to `cores`."""
+
+    def __init__(self, cores: tuple[int, ...], timing: Timing = Timing()):
+        super().__init__()
+        self.cores = tuple(cores)
+        self.timing = timing
+        self.pool = PopenPoolExecutor(
+            max_workers=1,
+            timeout=timing.timeout_s,
+            initializer=_enter,
+            initargs=(self.cores,),
+            stderr=subprocess.DEVNULL,
+        )
+
+    def call(self, fn, *args):
+        """Run `fn(*args)` in the confined worker (used by verification and tests)."""
+        return self.pool.submit(fn, *args).result()
+
+    def run(self, runner_inputs):
+        evaluator = self.timing.evaluator()
+        futures = []
+        for item in runner_inputs:
+            args_info = tuple(arg.as_json() for arg in item.args_info)
+            try:
+                costs = self.call(_measure_one, str(item.artifact_path), str(item.device_type), args_info, evaluator)
+                futures.append(LocalRunnerFuture(res=costs))
+            except FutureTimeout:
+                futures.append(LocalRunnerFuture(error_message=f"run timed out after {self.timing.timeout_s:g} s"))
+            except Exception as error:  # a crashing candidate is a failed record, tuning goes on
+                futures.append(LocalRunnerFuture(error_message=f"run failed: {error}"))
+        return futures
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
+def remove_artifact(path: str) -> None:
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)

@@ -1,0 +1,181 @@
+"""Importing an ONNX model into a Relax module with known input shapes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .errors import ResawareError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input: name, full static shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TensorSpec:
+        return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"])
+
+    def random(self, rng: np.random.Generator) -> np.ndarray:
+        if np.issubdtype(np.dtype(self.dtype), np.floating):
+            return rng.standard_normal(self.shape).astype(self.dtype)
+        return rng.integers(0, 8, size=self.shape).astype(self.dtype)
+
+
+@dataclass
+class Model:
+    """An imported model: its Relax module (weights bound as constants) and its inputs and outputs."""
+
+    name: str
+    mod: object  # tvm.IRModule
+    inputs: list[TensorSpec]
+    outputs: list[str]
+    digest: str  # sha256 of the ONNX bytes and the shapes: names the model in reports
+    source: str | None = None
+    onnx_model: onnx.ModelProto | None = field(default=None, repr=False)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return [spec.random(rng) for spec in self.inputs]
+
+
+def _read(path_or_proto) -> tuple[onnx.ModelProto, str, str | None]:
+    if isinstance(path_or_proto, onnx.ModelProto):
+        return path_or_proto, path_or_proto.graph.name or "model", None
+    path = os.fspath(path_or_proto)
+    if path.startswith("zoo:"):
+        from . import zoo
+
+        name, path = path[4:], zoo.path(path[4:])
+        proto, _, _ = _read(path)
+        return proto, name, path
+    if not os.path.isfile(path):
+        raise ResawareError(
+            f"model file {path!r} does not exist: give the path of an .onnx file or zoo:NAME (see `resaware zoo`)"
+        )
+    try:
+        proto = onnx.load(path)
+    except Exception as error:
+        raise ResawareError(f"{path!r} is not an ONNX model ({type(error).__name__}): give an .onnx file") from None
+    if not proto.graph.node:
+        raise ResawareError(f"{path!r} holds no ONNX graph: give an .onnx model file")
+    return proto, os.path.splitext(os.path.basename(path))[0], path
+
+
+_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.INT64: "int64", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
+}  # fmt: skip
+
+
+def _input_specs(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> list[TensorSpec]:
+    initializers = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
+    names = {i.name for i in graph_inputs}
+    unknown = sorted(set(shapes) - names)
+    if unknown:
+        raise ResawareError(
+            f"--shape names {', '.join(unknown)}, which the model has no input called; its inputs are {', '.join(sorted(names))}"
+        )
+    specs, unbound = [], []
+    for value in graph_inputs:
+        tensor = value.type.tensor_type
+        dtype = _DTYPES.get(tensor.elem_type)
+        if dtype is None:
+            raise ResawareError(
+                f"input {value.name!r} has ONNX element type {tensor.elem_type}, which resaware does not handle"
+            )
+        if value.name in shapes:
+            shape = tuple(int(d) for d in shapes[value.name])
+            if len(shape) != len(tensor.shape.dim) and tensor.HasField("shape"):
+                raise ResawareError(
+                    f"--shape {value.name} has {len(shape)} dimensions, the model's input has {len(tensor.shape.dim)}"
+                )
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+            missing = [str(d) for d in dims if not isinstance(d, int) or d <= 0]
+            if missing or not tensor.HasField("shape"):
+                unbound.append(
+                    f"{value.name} ({'x'.join(str(d) for d in dims) or 'unknown shape'}: {', '.join(missing) or 'no shape'} unbound)"
+                )
+                continue
+            shape = tuple(dims)
+        specs.append(TensorSpec(value.name, shape, dtype))
+    if unbound:
+        raise ResawareError(
+            "inputs with symbolic or unknown dimensions: "
+            + "; ".join(unbound)
+            + " — give full shapes, e.g. --shape NAME=1x3x224x224 (API: shapes={'NAME': (1, 3, 224, 224)})"
+        )
+    return specs
+
+
+def _unsupported_ops(proto: onnx.ModelProto) -> list[str]:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    known = _get_convert_map()
+    used = {node.op_type for node in proto.graph.node}
+    for fn in proto.functions:
+        used |= {node.op_type for node in fn.node}
+        used.discard(fn.name)
+    return sorted(op for op in used if op not in known)
+
+
+def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """Read CLI `--shape name=2x64` items."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise ResawareError(f"--shape {item!r} is not NAME=DxDx...: e.g. --shape input=1x3x224x224") from None
+    return shapes
+
+
+def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
+    """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    proto, default_name, source = _read(path_or_proto)
+    shapes = {k: tuple(v) for k, v in (shapes or {}).items()}
+    specs = _input_specs(proto, shapes)
+    unsupported = _unsupported_ops(proto)
+    if unsupported:
+        raise ResawareError(
+            f"unsupported ONNX operators: {', '.join(unsupported)} — TVM's Relax ONNX importer has no converter for them"
+        )
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            mod = from_onnx(proto, shape_dict={s.name: list(s.shape) for s in specs}, opset=opset)
+        except Exception as error:
+            first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise ResawareError(f"TVM could not import the model: {first}") from None
+    digest = hashlib.sha256(proto.SerializeToString(deterministic=True))
+    digest.update(repr([(s.name, s.shape) for s in specs]).encode())
+    outputs = [o.name for o in proto.graph.output]
+    return Model(name or default_name, mod, specs, outputs, digest.hexdigest(), source, proto)
+
+
+def resolve(model, shapes=None) -> Model:
+    """A Model as given, or imported from a path, `zoo:NAME` or ModelProto."""
+    return model if isinstance(model, Model) else load_onnx(model, shapes)

@@ -1,0 +1,71 @@
+"""A model's tuning tasks: the fused kernels MetaSchedule extracts, with weights and FLOP counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from .model import Model
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kernel to tune: `weight` is how often the model calls it, `flops` per call."""
+
+    name: str
+    weight: int
+    flops: float
+    mod: tvm.IRModule  # the workload MetaSchedule keys records by
+
+    @property
+    def workload_hash(self) -> int:
+        return int(tvm_ffi.structural_hash(self.mod))
+
+
+def lower(model: Model, target) -> tvm.IRModule:
+    """The Relax pipeline up to tuning (as TVM's static_shape_tuning_pipeline runs it).
+
+    Without legalisation and fusion there are no TIR kernels, so nothing to extract or tune.
+    """
+    passes = tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.get_pipeline("zero"),
+        ]
+    )
+    with target:
+        return passes(model.mod)
+
+
+def _flops(mod: tvm.IRModule) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # some kernels (e.g. with data-dependent loops) have no static count
+        return 0.0
+
+
+def extract(model: Model, target, lowered: tvm.IRModule | None = None) -> list[Task]:
+    """The model's tasks for `target`, heaviest (weight x FLOPs) first."""
+    lowered = lowered if lowered is not None else lower(model, target)
+    found = ms.relax_integration.extract_tasks(lowered, target)
+    tasks = [Task(t.task_name, int(t.weight), _flops(t.dispatched[0]), t.dispatched[0]) for t in found]
+    return sorted(tasks, key=lambda t: (-t.weight * t.flops, t.name))
+
+
+def table(tasks: list[Task]) -> str:
+    """A printable listing of tasks."""
+    total = sum(t.weight * t.flops for t in tasks) or 1.0
+    rows = [f"{'#':>3}  {'task':<44} {'weight':>6} {'MFLOP':>10} {'share':>6}"]
+    for i, t in enumerate(tasks):
+        rows.append(
+            f"{i:>3}  {t.name[:44]:<44} {t.weight:>6} {t.flops / 1e6:>10.2f} {t.weight * t.flops / total:>6.1%}"
+        )
+    rows.append(f"{len(tasks)} tasks, {total / 1e9:.3f} GFLOP per inference")
+    return "\n".join(rows)
