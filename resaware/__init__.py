@@ -20,11 +20,11 @@ def __getattr__(name):
 
         return load_onnx
     if name == "tune":
-        from .tune import tune
+        from .tuning import tune
 
         return tune
     if name == "compile":
-        from .compile import compile
+        from .compiling import compile
 
         return compile
     if name == "load":

@@ -125,9 +125,9 @@ class CpuShare:
 _said: set[tuple] = set()
 
 
-def announce(share: CpuShare, stream=sys.stderr) -> None:
+def announce(share: CpuShare, stream=None) -> None:
     """Say once per process when a budget maps to another share than asked."""
     marker = (share.asked, share.count, len(share.usable))
     if not share.exact and marker not in _said:
         _said.add(marker)
-        print(f"resaware: budget {share.describe()} ({share.fraction:.0%} realised)", file=stream)
+        print(f"resaware: budget {share.describe()} ({share.fraction:.0%} realised)", file=stream or sys.stderr)

@@ -111,7 +111,7 @@ def _cmd_tasks(args):
 
 
 def _cmd_tune(args):
-    from .tune import tune
+    from .tuning import tune
 
     if args.trials < 0:
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
@@ -124,7 +124,7 @@ def _cmd_tune(args):
 
 
 def _cmd_compile(args):
-    from .compile import compile
+    from .compiling import compile
 
     budget = Budget.parse(args.budget)
     model = _load_model(args)

@@ -133,12 +133,11 @@ class _Progress(PyMeasureCallback):
             best = self.best.get(task_id)
             shown = f"{best * 1e6:.0f}us" if best is not None else "-"
             self.bar.set_postfix_str(f"{self.names[task_id][:28]} best {shown}", refresh=False)
-        if self.deadline is not None and time.monotonic() >= self.deadline and not self.timed_out:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            # Runs after MetaSchedule's own callbacks, so this batch is already in the database and
+            # the cost model; raising is the one way to end the task scheduler's loop early.
             self.timed_out = True
-            for i, record in enumerate(task_scheduler.tasks_):
-                if not record.is_terminated and i != task_id:
-                    task_scheduler.terminate_task(i)
-            # The task being joined is ended by the scheduler once no task is left to pick.
+            raise TimeoutError("tuning time limit reached")
 
 
 def _batch_size(trials: int, n_tasks: int) -> int:
@@ -205,6 +204,11 @@ def _results(tasks: list[Task], slot: Slot) -> list[TaskResult]:
     ]
 
 
+def _run_scheduler(**kwargs) -> None:
+    with quiet.native_stderr(), quiet.xgboost_warnings():
+        ms.tune_tasks(task_scheduler="gradient", **kwargs)
+
+
 def _search_rounds(
     tasks, target, slot, trials, done, seed, tuner_cores, builder, runner, cost_model, callback, counted
 ) -> str:
@@ -213,8 +217,8 @@ def _search_rounds(
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
-        with quiet.native_stderr(), quiet.xgboost_warnings():
-            ms.tune_tasks(
+        try:
+            _run_scheduler(
                 tasks=_contexts(tasks, target, len(tuner_cores), seed + done, batch),
                 task_weights=[float(t.weight) for t in tasks],
                 work_dir=str(slot.path),
@@ -226,8 +230,10 @@ def _search_rounds(
                 database=database,
                 cost_model=cost_model,
                 measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
-                task_scheduler="gradient",
             )
+        except Exception:
+            if not callback.timed_out:
+                raise
         slot.save_cost_model(cost_model)
         now = counted()
         if callback.timed_out:

@@ -1,0 +1,66 @@
+import onnx
+import pytest
+from conftest import make_small_model
+from onnx import TensorProto, helper
+
+import resaware
+from resaware import ResawareError
+from resaware.model import parse_shapes
+
+
+def test_shapes_bind_symbolic_dims(small_path):
+    model = resaware.load_onnx(small_path, shapes={"x": (3, 3, 16, 16)})
+    assert [(s.name, s.shape, s.dtype) for s in model.inputs] == [("x", (3, 3, 16, 16), "float32")]
+    assert model.outputs == ["y"]
+
+
+def test_missing_shape_names_the_dimension(small_path):
+    with pytest.raises(ResawareError, match=r"x \(Nx3x16x16: N unbound\).*--shape"):
+        resaware.load_onnx(small_path)
+
+
+def test_shape_for_unknown_input(small_path):
+    with pytest.raises(ResawareError, match="no input called"):
+        resaware.load_onnx(small_path, shapes={"ids": (1, 2)})
+
+
+def test_static_model_needs_no_shapes(tmp_path):
+    model = resaware.load_onnx(make_small_model(tmp_path / "m.onnx", batch=1))
+    assert model.inputs[0].shape == (1, 3, 16, 16)
+
+
+def test_missing_file():
+    with pytest.raises(ResawareError, match="does not exist"):
+        resaware.load_onnx("/nonexistent/model.onnx")
+
+
+def test_not_onnx(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01 this is not a protobuf \xff" * 10)
+    with pytest.raises(ResawareError, match="not an ONNX model"):
+        resaware.load_onnx(bad)
+
+
+def test_unsupported_operators_are_listed(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("FancyOp", ["a"], ["b"]),
+        helper.make_node("OtherOp", ["b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "custom.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    with pytest.raises(ResawareError, match="unsupported ONNX operators: FancyOp, OtherOp"):
+        resaware.load_onnx(path)
+
+
+def test_parse_shapes():
+    assert parse_shapes(["ids=2x64", "a/b:0=1"]) == {"ids": (2, 64), "a/b:0": (1,)}
+    for bad in ["ids", "ids=2xq", "=3", "ids=0x3"]:
+        with pytest.raises(ResawareError, match="NAME=DxD"):
+            parse_shapes([bad])

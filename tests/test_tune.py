@@ -1,0 +1,68 @@
+"""Tuning really measures, keeps every record, and resumes where it stopped."""
+
+import json
+
+import pytest
+from conftest import two_cores
+
+import resaware
+from resaware import ResawareError
+from resaware.store import Store
+
+
+def _record_lines(slot):
+    return slot.record_file.read_text().splitlines()
+
+
+@two_cores
+def test_two_budgets_two_slots_with_exact_trials(small_store):
+    store, report = small_store
+    assert [b.budget for b in report.budgets] == ["50%", "100%"]
+    half, full = report.budgets
+    assert half.cores == [1] and half.tuner_cores == [0]  # the tuner works beside the measuring core
+    assert full.cores == [0, 1] and full.tuner_cores == [0, 1]  # no core left: measuring is serialised
+    for result in report.budgets:
+        assert result.trials_before == 0 and result.trials_total == 8 and result.stopped_by == "trials"
+        assert any(t.best_s is not None and 0 < t.best_s < 1 for t in result.tasks)
+        assert result.verification and all(0.2 < v.ratio < 5 for v in result.verification)
+    slots = Store.open(store).slots()
+    assert [(s.key, s.fraction) for s in slots] == [("cpu-1of2", 0.5), ("cpu-2of2", 1.0)]
+    for slot in slots:
+        lines = _record_lines(slot)
+        assert len(lines) == 8 and all(json.loads(line) for line in lines)
+        assert (slot.path.parent.parent / "hardware.json").exists()
+        assert "record" in slot.record_file.name
+
+
+def test_rerun_tunes_only_the_remainder_and_keeps_old_records(small_model, tmp_path):
+    report = resaware.tune(small_model, "50%", trials=4, store=tmp_path, progress=False)
+    (slot,) = Store.open(tmp_path).slots()
+    old = _record_lines(slot)
+    assert report.budgets[0].trials_total == len(old) == 4
+    again = resaware.tune(small_model, "50%", trials=4, store=tmp_path, progress=False)
+    assert again.budgets[0].stopped_by == "already tuned" and _record_lines(slot) == old
+    more = resaware.tune(small_model, "50%", trials=10, store=tmp_path, progress=False)
+    lines = _record_lines(slot)
+    assert more.budgets[0].trials_before == 4 and more.budgets[0].trials_total == 10
+    assert len(lines) == 10 and lines[:4] == old
+
+
+def test_time_limit_stops_early(small_model, tmp_path):
+    report = resaware.tune(small_model, "100%", trials=400, store=tmp_path, time_limit=1, progress=False)
+    result = report.budgets[0]
+    assert result.stopped_by == "time" and 0 < result.trials_total < 400
+
+
+def test_report_json_and_table(small_store):
+    _, report = small_store
+    data = report.to_json()
+    assert data["budgets"][0]["trials_run"] == 8 and data["budgets"][0]["tasks"]
+    json.dumps(data)
+    table = report.table()
+    assert "50%" in table and "100%" in table and "8+0=8" in table
+
+
+@pytest.mark.parametrize("trials", [-1, 2.5, True])
+def test_bad_trials(small_model, tmp_path, trials):
+    with pytest.raises(ResawareError, match="trials"):
+        resaware.tune(small_model, "50%", trials=trials, store=tmp_path)
