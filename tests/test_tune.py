@@ -48,9 +48,9 @@ def test_rerun_tunes_only_the_remainder_and_keeps_old_records(small_model, tmp_p
 
 
 def test_time_limit_stops_early(small_model, tmp_path):
-    report = resaware.tune(small_model, "100%", trials=400, store=tmp_path, time_limit=1, progress=False)
+    report = resaware.tune(small_model, "100%", trials=40, store=tmp_path, time_limit=1, progress=False)
     result = report.budgets[0]
-    assert result.stopped_by == "time" and 0 < result.trials_total < 400
+    assert result.stopped_by == "time" and 0 < result.trials_total < 40
 
 
 def test_report_json_and_table(small_store):
