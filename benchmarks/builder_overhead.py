@@ -74,7 +74,9 @@ def main() -> None:
     pooled.close()
     # Its default 30 s timeout is shorter than the intrinsics import on a small machine: every
     # build then times out. Give it room, so what is measured is its overhead, not a failure.
-    default_fails = sum(r.error_msg is not None for r in LocalBuilder(max_workers=len(cores)).build([BuilderInput(mods[0], target)]))
+    default_fails = sum(
+        r.error_msg is not None for r in LocalBuilder(max_workers=len(cores)).build([BuilderInput(mods[0], target)])
+    )
     local = LocalBuilder(max_workers=len(cores), timeout_sec=600)
     local_walls = time_batches(local, mods, target, args.batches)
 
@@ -92,10 +94,15 @@ def main() -> None:
         f"LLVM compile time {compile_s:.2f} s serial ({ideal:.2f} s ideal parallel)",
         f"{'builder':<24} {'batch walls (s)':<28} {'overhead/batch (s)':>18}",
     ]
-    for label, walls, steady in [("resaware PooledBuilder", pooled_walls, pooled_steady), ("TVM LocalBuilder", local_walls, local_steady)]:
+    for label, walls, steady in [
+        ("resaware PooledBuilder", pooled_walls, pooled_steady),
+        ("TVM LocalBuilder", local_walls, local_steady),
+    ]:
         lines.append(f"{label:<24} {' '.join(f'{w:6.2f}' for w in walls):<28} {steady:>18.2f}")
     lines.append(f"first pooled batch (worker start included): {rows['resaware PooledBuilder'][0]:.2f} s overhead")
-    lines.append(f"TVM LocalBuilder with its default 30 s timeout: {'every build timed out' if default_fails else 'builds succeeded'}")
+    lines.append(
+        f"TVM LocalBuilder with its default 30 s timeout: {'every build timed out' if default_fails else 'builds succeeded'}"
+    )
     wall_ratio = statistics.median(local_walls) / statistics.median(pooled_walls[1:] or pooled_walls)
     lines.append(f"ratio of batch wall time, TVM / resaware: {wall_ratio:.1f}x")
     table = "\n".join(lines)

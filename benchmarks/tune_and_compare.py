@@ -81,7 +81,9 @@ def main() -> None:
         samples = {"tuned": [], "untuned": [], "onnxruntime": []}
         for _ in range(args.rounds):  # interleaved: drift hits every contestant alike
             for kind in ("tuned", "untuned"):
-                lat = run_confined(paths[kind], share.cores, str(budget), args.repeat, 3, 0.0, [s.to_json() for s in model.inputs])
+                lat = run_confined(
+                    paths[kind], share.cores, str(budget), args.repeat, 3, 0.0, [s.to_json() for s in model.inputs]
+                )
                 samples[kind].append(lat.median_ms)
             samples["onnxruntime"].append(statistics.median(ort_times(model.source, share.cores, args.repeat, spec)))
         med = {k: statistics.median(v) for k, v in samples.items()}
@@ -91,7 +93,9 @@ def main() -> None:
     per_budget = {b["budget"]: b for b in report["budgets"]}
     lines.append(f"{label}: resaware tune --budgets {args.budgets} --trials {args.trials}: {tune_wall / 60:.1f} min wall "
                  f"on {report['hardware']}")  # fmt: skip
-    lines.append(f"{'budget':>7} {'cores':>5} {'trials':>7} {'tune wall':>10} {'tuned ms':>9} {'untuned ms':>11} {'ORT ms':>8} {'tuned/untuned':>14} {'tuned/ORT':>10}")
+    lines.append(
+        f"{'budget':>7} {'cores':>5} {'trials':>7} {'tune wall':>10} {'tuned ms':>9} {'untuned ms':>11} {'ORT ms':>8} {'tuned/untuned':>14} {'tuned/ORT':>10}"
+    )
     for row in rows:
         b = per_budget[row["budget"]]
         m = row["median_ms"]

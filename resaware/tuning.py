@@ -1,9 +1,10 @@
 """Tuning a model under budgets: MetaSchedule searches, resaware decides where it measures and what it keeps.
 
 For each budget: realise it as a core set, open that budget's slot in the store, and run
-MetaSchedule (its evolutionary search, resaware's weighted task order) with a builder pool and a measuring worker confined to the
-budget's cores. The tuner's own threads (search, XGBoost, builds) are pinned to the other cores; when
-the budget takes them all, measuring is serialised with the tuner's work instead.
+MetaSchedule's evolutionary search (in resaware's weighted task order) with a builder pool and a
+measuring worker confined to the budget's cores. The tuner's own threads (search, XGBoost, builds)
+are pinned to the other cores; when the budget takes them all, measuring is serialised with the
+tuner's work instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 from . import confine, hardware, intrinsics, quiet
 from .budget import Budget, CpuShare, announce
 from .errors import ResawareError
-from .measure import ConfinedRunner, PooledBuilder, Timing
+from .measure import ConfinedRunner, PooledBuilder, Timing, remove_artifact
 from .model import Model, resolve
 from .store import FAILED, Slot, Store
 from .tasks import Task, extract, lower
@@ -189,6 +190,7 @@ def _verify(slot: Slot, tasks: list[Task], target, builder, runner, top: int = 3
             continue
         args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         (future,) = runner.run([RunnerInput(built.artifact_path, "llvm", args)])
+        remove_artifact(built.artifact_path)
         measured = _mean(future.result().run_secs)
         if measured is not None:
             checks.append(Verification(task.name, _mean(record.run_secs), measured))

@@ -43,6 +43,23 @@ def make_small_model(path, batch="N") -> str:
     return str(path)
 
 
+def make_unsupported_model(path) -> str:
+    """A model using operators no importer knows."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("FancyOp", ["a"], ["b"]),
+        helper.make_node("OtherOp", ["b"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
 def reference(path, inputs: dict) -> list[np.ndarray]:
     import onnxruntime as ort
 

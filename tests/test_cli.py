@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import make_small_model, reference, relative_error, run_cli
+from conftest import make_small_model, make_unsupported_model, reference, relative_error, run_cli
 
 
 def _one_line_error(done, *phrases):
@@ -71,6 +71,11 @@ def test_bad_input_one_line_exit_2(args, phrases):
 
 
 def test_bad_files_one_line_exit_2(tmp_path, small_path):
+    custom = make_unsupported_model(tmp_path / "custom.onnx")
+    _one_line_error(
+        run_cli("tune", custom, "--budgets", "50%", "--trials", "4", "--store", tmp_path / "s"),
+        "unsupported ONNX operators: FancyOp",
+    )
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"garbage" * 100)
     _one_line_error(run_cli("tasks", bad), "not an ONNX model")

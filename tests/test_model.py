@@ -1,7 +1,5 @@
-import onnx
 import pytest
-from conftest import make_small_model
-from onnx import TensorProto, helper
+from conftest import make_small_model, make_unsupported_model
 
 import resaware
 from resaware import ResawareError
@@ -42,19 +40,7 @@ def test_not_onnx(tmp_path):
 
 
 def test_unsupported_operators_are_listed(tmp_path):
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"]),
-        helper.make_node("FancyOp", ["a"], ["b"]),
-        helper.make_node("OtherOp", ["b"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    path = tmp_path / "custom.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    path = make_unsupported_model(tmp_path / "custom.onnx")
     with pytest.raises(ResawareError, match="unsupported ONNX operators: FancyOp, OtherOp"):
         resaware.load_onnx(path)
 
