@@ -154,16 +154,22 @@ def _spin(seconds: float) -> dict:
     lib = tvm.compile(sch.mod, target="llvm")
     x = tvm.runtime.tensor(np.ones(n, "float32"))
     y = tvm.runtime.tensor(np.zeros(n, "float32"))
-    cpus = {}
+    cpus, busy = {}, {}
     end = time.time() + seconds
     while time.time() < end:
         lib(x, y)
         for tid in confine.thread_ids():
             try:
                 with open(f"/proc/self/task/{tid}/stat") as f:
-                    cpus.setdefault(tid, set()).add(int(f.read().rsplit(")", 1)[1].split()[36]))
+                    fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
-                pass
+                continue
+            # "processor" is where a thread last ran, perhaps before it was pinned: count it only
+            # for threads that used CPU time since the previous look.
+            ticks = int(fields[11]) + int(fields[12])
+            if tid in busy and ticks > busy[tid]:
+                cpus.setdefault(tid, set()).add(int(fields[36]))
+            busy[tid] = ticks
     state = _worker_state()
     state["ran_on"] = {tid: sorted(c) for tid, c in cpus.items()}
     return state
