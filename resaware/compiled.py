@@ -56,7 +56,10 @@ class CompiledModel:
         self.path = path
         from tvm.runtime.vm import VirtualMachine
 
-        self._vm = VirtualMachine(module, tvm.cpu())
+        from .quiet import native_stderr
+
+        with native_stderr():  # one "Scope Loaded" line per kernel otherwise
+            self._vm = VirtualMachine(module, tvm.cpu())
 
     @property
     def inputs(self) -> list[dict]:
@@ -201,8 +204,11 @@ def load(path: str | os.PathLike) -> CompiledModel:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ResawareError(f"compiled module {path!r} does not exist: write one with `resaware compile MODEL -o PATH`")
+    from .quiet import native_stderr
+
     try:
-        module = tvm.runtime.load_module(path)
+        with native_stderr():
+            module = tvm.runtime.load_module(path)
     except Exception as error:
         raise ResawareError(
             f"{path!r} is not a compiled TVM module ({str(error).strip().splitlines()[-1][:200]})"
