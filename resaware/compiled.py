@@ -109,14 +109,11 @@ class CompiledModel:
         return _flatten(self._vm["main"](*tensors))
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Seeded random inputs of the right shapes and dtypes (as `Model.random_inputs` makes them)."""
+        from .model import TensorSpec
+
         rng = np.random.default_rng(seed)
-        out = []
-        for spec in self.inputs:
-            if np.issubdtype(np.dtype(spec["dtype"]), np.floating):
-                out.append(rng.standard_normal(spec["shape"]).astype(spec["dtype"]))
-            else:
-                out.append(rng.integers(0, 8, size=spec["shape"]).astype(spec["dtype"]))
-        return out
+        return [TensorSpec.from_json(spec).random(rng) for spec in self.inputs]
 
     def export(self, path: str | os.PathLike) -> str:
         """Write the shared library to `path` and its provenance beside it; returns the path."""

@@ -18,6 +18,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import confine, hardware, intrinsics, quiet
 from .budget import Budget, announce
 from .compiled import CompiledModel
+from .errors import ResawareError
 from .model import resolve
 from .store import Slot, Store
 from .tasks import Task, extract, lower
@@ -66,8 +67,6 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
 def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None) -> CompiledModel:  # noqa: A001
     """Compile `model` for `budget` with the store's records; never tunes or measures."""
     if target != "llvm":
-        from .errors import ResawareError
-
         raise ResawareError(
             f"target {target!r} is not supported yet: use --target llvm (CUDA budgets come with the CUDA work)"
         )
