@@ -36,7 +36,11 @@ def test_pinned_restores_every_thread():
     before = confine.thread_masks()
     with confine.pinned([0]):
         assert all(mask == {0} for mask in confine.thread_masks().values())
-    assert confine.thread_masks() == before
+    after = confine.thread_masks()
+    # Threads of earlier tests' pools may end meanwhile; every thread that lived through it is restored.
+    survivors = set(before) & set(after)
+    assert os.getpid() in survivors
+    assert {tid: after[tid] for tid in survivors} == {tid: before[tid] for tid in survivors}
 
 
 def test_in_process_run_keeps_callers_affinity(small_model, small_store):
