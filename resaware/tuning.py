@@ -239,35 +239,32 @@ class _WeightedScheduler(PyTaskScheduler):
         return pick
 
 
-def _run_scheduler(kernels: list[Task], **kwargs) -> None:
-    shares = [max(t.weight * t.flops, 1.0) for t in kernels]
-    with quiet.native_stderr(), quiet.xgboost_warnings():
-        ms.tune_tasks(task_scheduler=_WeightedScheduler(shares), **kwargs)
-
-
 def _search_rounds(
     tasks, target, slot, trials, done, seed, tuner_cores, builder, runner, cost_model, callback, counted
 ) -> str:
     """Run MetaSchedule until the store holds `trials` records of these tasks; say what stopped it."""
     database = slot.database()
+    shares = [max(t.weight * t.flops, 1.0) for t in tasks]
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
         try:
-            _run_scheduler(
-                tasks,
-                tasks=_contexts(tasks, target, len(tuner_cores), seed + done, batch),
-                task_weights=[float(t.weight) for t in tasks],
-                work_dir=str(slot.path),
-                # Whole batches only; a last, smaller round makes the store end at exactly `trials`.
-                max_trials_global=remaining - remaining % batch,
-                num_trials_per_iter=batch,
-                builder=builder,
-                runner=runner,
-                database=database,
-                cost_model=cost_model,
-                measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
-            )
+            with quiet.native_stderr(), quiet.xgboost_warnings():
+                ms.tune_tasks(
+                    task_scheduler=_WeightedScheduler(shares),
+                    tasks=_contexts(tasks, target, len(tuner_cores), seed + done, batch),
+                    task_weights=[float(t.weight) for t in tasks],
+                    work_dir=str(slot.path),
+                    # Whole batches, then a smaller last round; a batch that comes back short can still make
+                    # the total overshoot `trials` by less than one batch.
+                    max_trials_global=remaining - remaining % batch,
+                    num_trials_per_iter=batch,
+                    builder=builder,
+                    runner=runner,
+                    database=database,
+                    cost_model=cost_model,
+                    measure_callbacks=[*ms.MeasureCallback.create("default"), callback],
+                )
         except Exception:
             if not callback.timed_out:
                 raise
