@@ -68,6 +68,9 @@ class BudgetResult:
     wall_s: float
     stopped_by: str  # "trials", "time", "search space" or "already tuned"
     tasks: list[TaskResult] = field(default_factory=list)
+    # After each measured batch: (seconds since this budget started, trials in the store, estimated
+    # model latency in seconds once every task has a valid record, else None).
+    history: list[tuple[float, int, float | None]] = field(default_factory=list)
     verification: list[Verification] = field(default_factory=list)
 
     @property
@@ -117,19 +120,29 @@ def _mean(secs) -> float | None:
 
 @derived_object
 class _Progress(PyMeasureCallback):
-    """Advances the progress bar after each batch and ends tuning at the deadline."""
+    """Advances the progress bar and the history after each batch, and ends tuning at the deadline."""
 
-    def __init__(self, bar, names: list[str], deadline: float | None):
+    def __init__(self, bar, tasks: list[Task], best: dict[int, float], trials: int, start: float,
+                 deadline: float | None):  # fmt: skip
         super().__init__()
-        self.bar, self.names, self.deadline = bar, names, deadline
-        self.best: dict[int, float] = {}
+        self.bar, self.names, self.deadline = bar, [t.name for t in tasks], deadline
+        self.weights = [t.weight for t in tasks]
+        self.best, self.trials, self.start = dict(best), trials, start
+        self.history: list[tuple[float, int, float | None]] = []
         self.timed_out = False
+
+    def estimate(self) -> float | None:
+        if len(self.best) < len(self.weights):
+            return None
+        return sum(w * self.best[i] for i, w in enumerate(self.weights))
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         for result in runner_results:
             mean = _mean(result.run_secs) if result.error_msg is None else None
             if mean is not None:
                 self.best[task_id] = min(self.best.get(task_id, mean), mean)
+        self.trials += len(runner_results)
+        self.history.append((time.monotonic() - self.start, self.trials, self.estimate()))
         if self.bar is not None:
             self.bar.update(len(runner_results))
             best = self.best.get(task_id)
@@ -295,12 +308,14 @@ def _tune_budget(model: Model, share: CpuShare, slot: Slot, trials: int, seed: i
     before = counted()
     # Where cores remain, the tuner works there; where none do, measuring waits for it (synchronous).
     tuner_cores = share.rest or share.cores
-    stopped_by, verification = "already tuned", []
+    stopped_by, verification, callback = "already tuned", [], None
     if before < trials:
         builder = PooledBuilder(tuner_cores)
         runner = ConfinedRunner(share.cores, timing)
         bar = _progress_bar(progress, share, trials - before, model.name)
-        callback = _Progress(bar, [t.name for t in tasks], start + time_limit if time_limit else None)
+        stats = slot.stats()
+        best = {i: s.best_s for i, t in enumerate(tasks) if (s := stats.get(t.workload_hash)) and s.best_s is not None}
+        callback = _Progress(bar, tasks, best, before, start, start + time_limit if time_limit else None)
         try:
             with confine.pinned(tuner_cores) if share.rest else nullcontext():
                 stopped_by = _search_rounds(
@@ -318,7 +333,7 @@ def _tune_budget(model: Model, share: CpuShare, slot: Slot, trials: int, seed: i
         budget=str(share.asked), realised=share.fraction, cores=list(share.cores),
         tuner_cores=list(tuner_cores), slot=str(slot.path), trials_before=before,
         trials_total=counted(), wall_s=time.monotonic() - start, stopped_by=stopped_by,
-        tasks=_results(tasks, slot), verification=verification,
+        tasks=_results(tasks, slot), verification=verification, history=callback.history if callback else [],
     )  # fmt: skip
 
 
