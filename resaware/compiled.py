@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,13 @@ class Latency:
     runs: int
     budget: str
     cores: list[int]
+
+    @classmethod
+    def from_times(cls, times: list[float], budget: str, cores: list[int]) -> Latency:
+        return cls(
+            statistics.median(times), _percentile(times, 10), _percentile(times, 90), statistics.fmean(times),
+            len(times), budget, cores,
+        )  # fmt: skip
 
     def __str__(self) -> str:
         return (f"{self.median_ms:.3f} ms median (p10 {self.p10_ms:.3f}, p90 {self.p90_ms:.3f}; "
@@ -164,34 +170,21 @@ def run_confined(
     path: str, cores, budget: str, repeat: int, warmup: int, min_seconds: float, inputs: list[dict]
 ) -> Latency:
     """Time `path` in a subprocess pinned to `cores` with the TVM runtime alone."""
-    from .confine import environment
+    from .confine import run_pinned
 
-    env = {**os.environ, **environment(len(cores)), "TVM_USE_RUNTIME_LIB": "1"}
-    cores = sorted(cores)
-    command = [
-        sys.executable,
-        "-m",
-        "resaware.compiled",
-        path,
-        json.dumps({"repeat": repeat, "warmup": warmup, "min_seconds": min_seconds, "inputs": inputs}),
-    ]
-    done = subprocess.run(
-        command, env=env, capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, cores)
+    options = {"repeat": repeat, "warmup": warmup, "min_seconds": min_seconds, "inputs": inputs}
+    done = run_pinned(
+        [sys.executable, "-m", "resaware.compiled", path, json.dumps(options)], cores, {"TVM_USE_RUNTIME_LIB": "1"}
     )
+    return Latency.from_times(_times(done), budget, sorted(cores))
+
+
+def _times(done) -> list[float]:
+    """The per-run milliseconds a timing child printed last, or its last error line."""
     if done.returncode != 0:
-        raise ResawareError(
-            f"benchmark process failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
-        )
-    times = json.loads(done.stdout.strip().splitlines()[-1])
-    return Latency(
-        statistics.median(times),
-        _percentile(times, 10),
-        _percentile(times, 90),
-        statistics.fmean(times),
-        len(times),
-        budget,
-        cores,
-    )
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit code {done.returncode}"
+        raise ResawareError(f"benchmark process failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def load(path: str | os.PathLike) -> CompiledModel:
@@ -224,8 +217,6 @@ def load(path: str | os.PathLike) -> CompiledModel:
 def _time_main(path: str, options: dict) -> list[float]:
     import tvm
 
-    from .confine import thread_masks
-
     model = (
         load(path)
         if os.path.exists(path + SIDECAR)
@@ -233,13 +224,21 @@ def _time_main(path: str, options: dict) -> list[float]:
     )
     tensors = [tvm.runtime.tensor(a) for a in model.random_inputs(0)]
     main = model._vm["main"]
-    for _ in range(options["warmup"]):
-        main(*tensors)
+    return time_calls(lambda: main(*tensors), options["repeat"], options["warmup"], options["min_seconds"])
+
+
+def time_calls(call, repeat: int, warmup: int, min_seconds: float) -> list[float]:
+    """Milliseconds per call: `repeat` runs and at least `min_seconds`, after `warmup`; then checks
+    that no thread left the process's cores (run inside a confined child)."""
+    from .confine import thread_masks
+
+    for _ in range(warmup):
+        call()
     times = []
     start = time.perf_counter()
-    while len(times) < options["repeat"] or time.perf_counter() - start < options["min_seconds"]:
+    while len(times) < repeat or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
-        main(*tensors)
+        call()
         times.append((time.perf_counter() - t0) * 1e3)
     allowed = os.sched_getaffinity(0)
     strays = {tid: m for tid, m in thread_masks().items() if not m <= allowed}

@@ -7,6 +7,7 @@ confinement sets the environment before any pool starts and pins every existing 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -71,3 +72,15 @@ def pinned(cores: Iterable[int]) -> Iterator[None]:
                 os.sched_setaffinity(tid, before.get(tid, default))
             except ProcessLookupError:
                 pass
+
+
+def run_pinned(argv: list[str], cores: Iterable[int], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `argv` in a child confined to `cores` from its first instruction (affinity + thread counts)."""
+    cores = sorted(set(cores))
+    return subprocess.run(
+        argv,
+        env={**os.environ, **(env or {}), **environment(len(cores))},
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
