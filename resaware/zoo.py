@@ -23,9 +23,13 @@ _NAMES = (
 )  # fmt: skip
 
 
+# Built here with onnx.helper rather than shipped: a transformer the light zoo lacks.
+_BUILT = ("encoder",)
+
+
 def names() -> list[str]:
     """The zoo's model names."""
-    return list(_NAMES)
+    return [*_NAMES, *_BUILT]
 
 
 def _light_dir() -> Path:
@@ -141,16 +145,94 @@ def materialise(proto: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
 def path(name: str, seed: int = 0) -> str:
     """The cached `.onnx` file of zoo model `name` with seeded random weights (made on first use)."""
     name = name.removeprefix("zoo:").removeprefix("light_").removesuffix(".onnx")
-    if name not in _NAMES:
-        raise ResawareError(f"no zoo model {name!r}: choose one of {', '.join(_NAMES)}")
+    if name not in names():
+        raise ResawareError(f"no zoo model {name!r}: choose one of {', '.join(names())}")
     target = cache_dir() / f"{name}-seed{seed}.onnx"
     if not target.exists():
-        source = _light_dir() / f"light_{name}.onnx"
-        if not source.exists():
-            raise ResawareError(f"the installed onnx package lacks {source}: reinstall onnx")
-        model = materialise(onnx.load(source), seed)
+        if name == "encoder":
+            model = encoder(seed=seed)
+        else:
+            source = _light_dir() / f"light_{name}.onnx"
+            if not source.exists():
+                raise ResawareError(f"the installed onnx package lacks {source}: reinstall onnx")
+            model = materialise(onnx.load(source), seed)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".tmp{os.getpid()}")
         onnx.save(model, tmp)
         os.replace(tmp, target)  # readers never see half a file
     return str(target)
+
+
+def encoder(seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1024, seed: int = 0) -> onnx.ModelProto:
+    """One post-norm transformer encoder layer (BERT-style), batch 1, seeded random weights.
+
+    Input `x` (1, seq, hidden) float32; MatMul/Softmax/LayerNormalization/Gelu-by-Erf at opset 17.
+    """
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    inits, nodes = [], []
+
+    def const(name, array):
+        inits.append(
+            numpy_helper.from_array(
+                np.asarray(array, dtype=np.float32 if array.dtype.kind == "f" else array.dtype), name
+            )
+        )
+        return name
+
+    def dense(x, name, n_in, n_out):
+        w = const(f"{name}.w", rng.standard_normal((n_in, n_out)) * np.sqrt(1.0 / n_in))
+        b = const(f"{name}.b", rng.standard_normal(n_out) * 0.02)
+        nodes.append(helper.make_node("MatMul", [x, w], [f"{name}.mm"]))
+        nodes.append(helper.make_node("Add", [f"{name}.mm", b], [name]))
+        return name
+
+    def heads_of(x, name):  # (1, seq, hidden) -> (1, heads, seq, head)
+        shape = const(f"{name}.shape", np.array([1, seq, heads, head], np.int64))
+        nodes.append(helper.make_node("Reshape", [x, shape], [f"{name}.r"]))
+        nodes.append(helper.make_node("Transpose", [f"{name}.r"], [name], perm=[0, 2, 1, 3]))
+        return name
+
+    def layer_norm(x, name):
+        g = const(f"{name}.g", 1.0 + rng.standard_normal(hidden) * 0.02)
+        b = const(f"{name}.b", rng.standard_normal(hidden) * 0.02)
+        nodes.append(helper.make_node("LayerNormalization", [x, g, b], [name], axis=-1, epsilon=1e-5))
+        return name
+
+    q = heads_of(dense("x", "q", hidden, hidden), "qh")
+    k = heads_of(dense("x", "k", hidden, hidden), "kh")
+    v = heads_of(dense("x", "v", hidden, hidden), "vh")
+    nodes.append(helper.make_node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]))
+    nodes.append(helper.make_node("MatMul", [q, "kt"], ["scores.raw"]))
+    nodes.append(helper.make_node("Mul", ["scores.raw", const("scale", np.array(1 / np.sqrt(head)))], ["scores"]))
+    nodes.append(helper.make_node("Softmax", ["scores"], ["attn"], axis=-1))
+    nodes.append(helper.make_node("MatMul", ["attn", v], ["ctx.h"]))
+    nodes.append(helper.make_node("Transpose", ["ctx.h"], ["ctx.t"], perm=[0, 2, 1, 3]))
+    nodes.append(
+        helper.make_node("Reshape", ["ctx.t", const("ctx.shape", np.array([1, seq, hidden], np.int64))], ["ctx"])
+    )
+    attn_out = dense("ctx", "o", hidden, hidden)
+    nodes.append(helper.make_node("Add", ["x", attn_out], ["res1"]))
+    h1 = layer_norm("res1", "ln1")
+    up = dense(h1, "ffn1", hidden, ffn)
+    # GELU spelled with Erf, as exporters write it before opset 20.
+    nodes.append(helper.make_node("Mul", [up, const("inv_sqrt2", np.array(1 / np.sqrt(2)))], ["g.s"]))
+    nodes.append(helper.make_node("Erf", ["g.s"], ["g.e"]))
+    nodes.append(helper.make_node("Add", ["g.e", const("one", np.array(1.0))], ["g.p"]))
+    nodes.append(helper.make_node("Mul", [up, "g.p"], ["g.m"]))
+    nodes.append(helper.make_node("Mul", ["g.m", const("half", np.array(0.5))], ["gelu"]))
+    down = dense("gelu", "ffn2", ffn, hidden)
+    nodes.append(helper.make_node("Add", [h1, down], ["res2"]))
+    layer_norm("res2", "y")
+    graph = helper.make_graph(
+        nodes, "encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="resaware")
+    model.ir_version = 8  # readable by every ONNX Runtime this project supports
+    onnx.checker.check_model(model)
+    return model
