@@ -5,27 +5,25 @@ in-process, warm, divided by the builder's worker count). TVM's LocalBuilder sta
 pool for every batch and imports every backend's tensor intrinsics in each worker; resaware keeps
 its pool and registers only the target family's intrinsics.
 
-    python benchmarks/builder_overhead.py [--batches 3] [--batch-size 8]
+    python benchmarks/builder_overhead.py [--batches 3] [--batch-size 8] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import sys
 import time
-from pathlib import Path
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 
 import resaware
+from common import add_output_args, output_dir, write
 from resaware import confine, hardware, intrinsics, measure
 from resaware.tasks import extract
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def candidates(n: int, target):
@@ -63,7 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=8)
+    add_output_args(parser)
     args = parser.parse_args()
+    if args.quick:
+        args.batches, args.batch_size = 1, 2
     cores = tuple(confine.usable_cores())
     target = hardware.llvm_target(len(cores))
     name, mods = candidates(args.batch_size, target)
@@ -107,15 +108,14 @@ def main() -> None:
     lines.append(f"ratio of batch wall time, TVM / resaware: {wall_ratio:.1f}x")
     table = "\n".join(lines)
     print(table)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "builder_overhead.txt").write_text(table + "\n")
-    (RESULTS / "builder_overhead.json").write_text(json.dumps({
+    data = {
         "task": name, "batch_size": len(mods), "workers": len(cores), "compile_serial_s": compile_s,
         "pooled_walls_s": pooled_walls, "local_walls_s": local_walls,
         "pooled_overhead_s": pooled_steady, "local_overhead_s": local_steady,
-        "wall_ratio": wall_ratio, "local_default_timeout_failed": bool(default_fails), "cpu": hardware.detect().describe(),
-        "tvm": tvm.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid(),
-    }, indent=1))  # fmt: skip
+        "wall_ratio": wall_ratio, "local_default_timeout_failed": bool(default_fails),
+        "cpu": hardware.detect().describe(), "tvm": tvm.__version__, "pid": os.getpid(),
+    }  # fmt: skip
+    write(output_dir(args), "builder_overhead", data, table, "python " + " ".join(sys.argv))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ os.environ.setdefault("TVM_BIND_THREADS", "0")
 from .budget import Budget, BudgetError  # noqa: E402
 from .errors import ResawareError  # noqa: E402
 
-__all__ = ["Budget", "BudgetError", "ResawareError", "load_onnx", "tune", "compile", "load", "zoo", "Store"]
+__all__ = ["Budget", "BudgetError", "ResawareError", "load_onnx", "tune", "compile", "load", "zoo", "bench", "Store"]
 __version__ = "0.1.0"
 
 
@@ -35,8 +35,8 @@ def __getattr__(name):
         from .store import Store
 
         return Store
-    if name == "zoo":
+    if name in ("zoo", "bench"):
         import importlib
 
-        return importlib.import_module(".zoo", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'resaware' has no attribute {name!r}")

@@ -79,6 +79,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the outputs to this .npz")
     p.add_argument("--repeat", type=int, default=50, help="timed runs")
 
+    p = sub.add_parser("bench", help="tuned-at x run-at latency matrix, with untuned and ONNX Runtime rows")
+    _model_args(p)
+    p.add_argument("--tune-at", required=True, help="budgets to tune at, e.g. 50%%,100%%")
+    p.add_argument("--run-at", required=True, help="budgets to run every module at, e.g. 50%%,100%%")
+    p.add_argument("--trials", required=True, type=int, help="measured candidates per tune-at budget (store reused)")
+    _store_arg(p)
+    p.add_argument("--out", help="directory for the JSON, table and heatmap (default: a new temporary directory)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per cell and round (and at least 1 s)")
+    p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     p = sub.add_parser("store", help="inspect a store")
     store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
     show = store_sub.add_parser("show", help="hardware, budgets, tasks, trials and best latencies")
@@ -168,6 +181,33 @@ def _cmd_run(args):
     print(f"latency: {compiled.benchmark(budget=budget, repeat=args.repeat)}")
 
 
+def _cmd_bench(args):
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from .bench import cross_budget
+    from .plots import heatmap
+
+    if args.trials < 0:
+        raise ResawareError(f"--trials must be >= 0, got {args.trials}")
+    tune_at, run_at = Budget.parse_list(args.tune_at), Budget.parse_list(args.run_at)
+    limit = parse_duration(args.time) if args.time else None
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="resaware-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    model = _load_model(args)
+    result = cross_budget(model, tune_at, run_at, args.trials, store=args.store, rounds=args.rounds,
+                          repeat=args.repeat, seed=args.seed, time_limit=limit, progress=not args.no_progress,
+                          workdir=str(out))  # fmt: skip
+    table = result.table()
+    print(table)
+    stem = out / f"{result.model}-cross-budget"
+    Path(f"{stem}.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    Path(f"{stem}.md").write_text(f"```\n{table}\n```\n")
+    heatmap(result, f"{stem}.png")
+    print(f"wrote {stem}.json, .md, .png")
+
+
 def _cmd_store(args):
     from .store import Store
 
@@ -177,7 +217,7 @@ def _cmd_store(args):
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "tune": _cmd_tune, "compile": _cmd_compile,
-               "run": _cmd_run, "store": _cmd_store}[args.command]  # fmt: skip
+               "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store}[args.command]  # fmt: skip
     try:
         handler(args)
     except (ResawareError, BudgetError) as error:

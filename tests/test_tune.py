@@ -45,6 +45,22 @@ def test_rerun_tunes_only_the_remainder_and_keeps_old_records(small_model, tmp_p
     lines = _record_lines(slot)
     assert more.budgets[0].trials_before == 4 and more.budgets[0].trials_total == 10
     assert len(lines) == 10 and lines[:4] == old
+    # The history continues from the store's count and its estimate from the store's best records.
+    history = more.budgets[0].history
+    assert history[0][1] > 4 and history[-1][1] == 10
+    assert history[0][2] is not None and history[-1][2] <= history[0][2]
+
+
+def test_history_after_every_batch(small_store):
+    _, report = small_store
+    for result in report.budgets:
+        seconds, trials, estimates = zip(*result.history)
+        assert list(seconds) == sorted(seconds) and 0 < seconds[-1] <= result.wall_s
+        assert list(trials) == sorted(trials) and trials[-1] == result.trials_total
+        known = [e for e in estimates if e is not None]
+        # Defined once every task has a record, then it can only improve; it ends at the report's figure.
+        assert known == sorted(known, reverse=True)
+        assert (known[-1] if known else None) == pytest.approx(result.estimated_s)
 
 
 def test_time_limit_stops_early(small_model, tmp_path):

@@ -1,0 +1,120 @@
+"""The cross-budget matrix, ONNX Runtime as a confined baseline, and the benchmark scripts' quick modes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, two_cores
+
+import resaware
+from resaware import confine, reference
+from resaware.bench import ONNXRUNTIME, UNTUNED, cross_budget
+from resaware.store import Store
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+def test_onnxruntime_latency_is_confined_and_counts_runs(small_model):
+    core = confine.usable_cores()[-1]
+    latency = reference.latency(small_model, [core], "50%", repeat=7, warmup=1)
+    assert latency.cores == [core] and latency.runs >= 7
+    assert 0 < latency.p10_ms <= latency.median_ms <= latency.p90_ms
+
+
+@two_cores
+def test_cross_budget_reuses_the_store_and_fills_the_matrix(small_store, small_model):
+    store, _ = small_store
+    before = {s.key: sum(w.trials for w in s.stats().values()) for s in Store.open(store).slots()}
+    result = cross_budget(small_model, ["50%", "100%"], ["50%", "75%", "100%"], trials=8, store=store,
+                          rounds=2, repeat=3, min_seconds=0.05, progress=False)  # fmt: skip
+    after = {s.key: sum(w.trials for w in s.stats().values()) for s in Store.open(store).slots()}
+    assert after == before  # already tuned: nothing measured again
+    # 75% and 100% realise the same two cores: one column, named by the budget it realises exactly
+    assert result.run_at == ["50%", "100%"] and result.cores == {"50%": 1, "100%": 2}
+    assert result.rows == ["tuned@50%", "tuned@100%", UNTUNED, ONNXRUNTIME]
+    assert len(result.cells) == 8 and all(len(c.rounds_ms) == 2 and c.median_ms > 0 for c in result.cells)
+    for budget in result.run_at:
+        tuned = [result.cell(r, budget).ratio for r in result.rows if r.startswith("tuned@")]
+        assert min(tuned) == pytest.approx(1.0)
+    worst = {b: max(result.cell(f"tuned@{b}", r).ratio for r in result.run_at) for b in result.tune_at}
+    assert result.robust == min(worst, key=lambda b: (worst[b], -result.cores[b]))
+    assert set(result.max_rel_error) == {"tuned@50%", "tuned@100%", UNTUNED}
+    assert max(result.max_rel_error.values()) < 1e-4
+    assert result.trials == {"50%": before["cpu-1of2"], "100%": before["cpu-2of2"]}
+    assert "robust budget: tune at" in result.table()
+
+
+@two_cores
+def test_bench_cli_writes_json_table_and_heatmap(small_store, small_path, tmp_path):
+    store, _ = small_store
+    done = run_cli("bench", small_path, "--shape", "x=2x3x16x16", "--tune-at", "50%,100%", "--run-at", "100%",
+                   "--trials", "8", "--store", store, "--out", tmp_path, "--rounds", "1", "--repeat", "3",
+                   "--no-progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "small-cross-budget.json").read_text())
+    assert data["run_at"] == ["100%"] and data["robust"] in ("50%", "100%")
+    assert (tmp_path / "small-cross-budget.png").read_bytes()[:4] == b"\x89PNG"
+    assert "tuned@50%" in (tmp_path / "small-cross-budget.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "args, phrase",
+    [(["--run-at", "150%"], "outside"), (["--run-at", "half"], "not a number"), (["--time", "soon"], "not a duration")],
+)
+def test_bench_bad_input_one_line_exit_2(small_path, tmp_path, args, phrase):
+    base = {"--tune-at": "50%", "--run-at": "50%", "--trials": "1", "--store": str(tmp_path)}
+    base.update(dict(zip(args[::2], args[1::2])))
+    done = run_cli("bench", small_path, "--shape", "x=1x3x16x16", *[x for kv in base.items() for x in kv])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and phrase in done.stderr
+    assert not any(tmp_path.iterdir())  # nothing tuned before the input was checked
+
+
+def _script(name: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / name), "--quick", *map(str, args)],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+
+
+@two_cores
+def test_cross_budget_script_quick(tmp_path, squeezenet_store):
+    store, _ = squeezenet_store
+    done = _script("cross_budget.py", "--out", tmp_path, "--store", store)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "cross_budget_squeezenet.json").read_text())
+    assert data["rows"][-1] == ONNXRUNTIME and data["robust"] in data["tune_at"]
+    assert max(data["max_rel_error"].values()) < 1e-4
+    assert (tmp_path / "cross_budget_squeezenet.png").exists() and (tmp_path / "cross_budget_squeezenet.md").exists()
+
+
+def test_vs_onnxruntime_script_quick(tmp_path):
+    done = _script("vs_onnxruntime.py", "--out", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "vs_onnxruntime.json").read_text())["rows"]
+    assert row["model"] == "encoder" and row["max_rel_error"] < 1e-4
+    assert row["ratio"] == pytest.approx(row["resaware_ms"] / row["onnxruntime_ms"])
+    assert Store.open(tmp_path / "store").slots()  # the quick run tuned into its own store, not the user's
+
+
+def test_encoder_matches_onnxruntime(tmp_path):
+    model = resaware.load_onnx("zoo:encoder")
+    assert [s.shape for s in model.inputs] == [(1, 128, 256)]
+    compiled = resaware.compile(model, "100%", store=tmp_path)
+    (x,) = model.random_inputs(0)
+    (want,) = reference.outputs(model, [x])
+    (got,) = compiled(x)
+    assert float(abs(got - want).max() / abs(want).max()) < 1e-4
+    (other,) = reference.outputs(model, model.random_inputs(1))
+    assert abs(other - want).max() > 0.1  # the output depends on the input
+
+
+def test_builder_overhead_script_quick(tmp_path):
+    done = _script("builder_overhead.py", "--out", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "builder_overhead.json").read_text())
+    assert data["batch_size"] == 2 and len(data["pooled_walls_s"]) == len(data["local_walls_s"]) == 1
+    assert data["command"].endswith("--quick --out " + str(tmp_path))
+    assert "ratio of batch wall time" in (tmp_path / "builder_overhead.md").read_text()
