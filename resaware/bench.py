@@ -9,6 +9,7 @@ robust budget is the tune-at budget whose worst ratio over the columns is smalle
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -104,8 +105,20 @@ def _shares(budgets, usable: list[int], what: str) -> dict[str, CpuShare]:
     return shares
 
 
-def _rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+def rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-12)) for g, w in zip(got, want))
+
+
+def interleaved(timers: dict, rounds: int) -> dict[object, list]:
+    """Call every timer once per round, in an order rotated each round so that no timer always runs
+    first or after the same one; each key's samples."""
+    order = list(timers)
+    samples: dict[object, list] = {key: [] for key in order}
+    for r in range(rounds):
+        shift = r * len(order) // rounds
+        for key in order[shift:] + order[:shift]:
+            samples[key].append(timers[key]())
+    return samples
 
 
 def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 3, repeat: int = 5,
@@ -132,7 +145,7 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
     for label, share in tune_shares.items():
         compiled = compile_model(model, share.asked, store=report.store)
         path = compiled.export(os.path.join(workdir, f"{model.name}-tuned-{share.key}.so"))
-        errors[tuned_label(label)] = _rel_error(compiled(*inputs), expected)
+        errors[tuned_label(label)] = rel_error(compiled(*inputs), expected)
         modules[tuned_label(label)] = dict.fromkeys(run_shares, path)
     if untuned:
         empty = os.path.join(workdir, "empty-store")
@@ -140,7 +153,7 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
         for label, share in run_shares.items():
             compiled = compile_model(model, share.asked, store=empty, seed=seed)
             modules[UNTUNED][label] = compiled.export(os.path.join(workdir, f"{model.name}-untuned-{share.key}.so"))
-            errors[UNTUNED] = max(errors.get(UNTUNED, 0.0), _rel_error(compiled(*inputs), expected))
+            errors[UNTUNED] = max(errors.get(UNTUNED, 0.0), rel_error(compiled(*inputs), expected))
     rows = list(modules) + ([ONNXRUNTIME] if onnxruntime else [])
     bad = {row: err for row, err in errors.items() if err >= TOLERANCE}
     if bad:
@@ -155,11 +168,7 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
         return latency.median_ms
 
     order = [(row, label) for label in run_shares for row in rows]
-    samples: dict[tuple[str, str], list[float]] = {key: [] for key in order}
-    for r in range(rounds):
-        shift = r * len(order) // rounds  # rotate, so no cell always runs first or after the same one
-        for key in order[shift:] + order[:shift]:
-            samples[key].append(time_cell(*key))
+    samples = interleaved({key: functools.partial(time_cell, *key) for key in order}, rounds)
 
     cells = [Cell(row, label, statistics.median(samples[row, label]), samples[row, label]) for row, label in order]
     for label in run_shares:
