@@ -42,3 +42,31 @@ def heatmap(result, path: str | os.PathLike) -> str:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return os.fspath(path)
+
+
+def curves(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike, title: str,
+           target_ms: float | None = None, dotted=()) -> str:  # fmt: skip
+    """Latency (ms, log scale) against wall seconds, one line per label (those in `dotted` thin and
+    dotted, in the colour of the line before); `target_ms` dashed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colour = None
+    for label, points in series.items():
+        seconds, ms = zip(*points) if points else ((), ())
+        if label in dotted:
+            ax.step(seconds, ms, where="post", linestyle=":", linewidth=1, color=colour, label=label)
+        else:
+            (line,) = ax.step(seconds, ms, where="post", marker="o", markersize=4, label=label)
+            colour = line.get_color()
+    if target_ms:
+        ax.axhline(target_ms, color="grey", linestyle="--", linewidth=1, label="best final + 5%")
+    ax.set_yscale("log")
+    ax.set_xlabel("wall seconds")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return os.fspath(path)

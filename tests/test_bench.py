@@ -118,3 +118,19 @@ def test_builder_overhead_script_quick(tmp_path):
     assert data["batch_size"] == 2 and len(data["pooled_walls_s"]) == len(data["local_walls_s"]) == 1
     assert data["command"].endswith("--quick --out " + str(tmp_path))
     assert "ratio of batch wall time" in (tmp_path / "builder_overhead.md").read_text()
+
+
+def test_tuning_speed_script_quick(tmp_path):
+    done = _script("tuning_speed.py", "--out", tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "tuning_speed.json").read_text())
+    assert set(data["contestants"]) == {"expert", "resaware"}
+    for contestant in data["contestants"].values():
+        assert contestant["trials"] >= data["trials"] and contestant["final_latency_ms"] > 0
+        seconds, trials, _ = zip(*contestant["curve"])
+        assert list(seconds) == sorted(seconds) and list(trials) == sorted(trials)
+        # The phases split the contestant's wall time; every measured trial went through build and run.
+        phases = contestant["phases"]
+        assert sum(phases.values()) == pytest.approx(contestant["wall_s"], rel=0.05)
+        assert phases["build"] > 0 and phases["run"] > 0 and phases["search"] > 0
+    assert (tmp_path / "tuning_speed.png").exists() and "stock expert" in (tmp_path / "tuning_speed.md").read_text()

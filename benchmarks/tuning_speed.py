@@ -1,0 +1,368 @@
+"""The tuning race: stock MetaSchedule as a new user gets it, as an expert sets it up, and resaware.
+
+Same model, target, trial count and seed, one contestant after the other, each in its own child
+process (so none inherits another's warm pools or caches):
+
+  stock defaults  `tune_relax` with its defaults: LocalBuilder (30 s timeout, fresh pool per batch),
+                  64 trials per batch, a target without `mcpu` (generic x86-64);
+  stock expert    `tune_relax` with the host's `mcpu`, a lean build function (no tensor-intrinsic
+                  import) and room in the builder's timeout, the same candidate timing and batch size
+                  as resaware: the fair baseline;
+  resaware        `resaware.tune` at the same budget.
+
+Each records a curve (estimated model latency = sum of task weight x best measured task latency,
+after every batch), its wall time split by MetaSchedule's profiler into search / cost model /
+build / run / other, and trials per minute. Each contestant's records are then compiled the same
+way (`resaware.compile`) and the module timed, so the final latencies are comparable.
+Time-to-quality = seconds until a contestant's estimate is within 5% of the best final estimate.
+
+    python benchmarks/tuning_speed.py                  # SqueezeNet at 100%, 256 trials, 15 min cap each
+    python benchmarks/tuning_speed.py --quick          # CI smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+import resaware
+from common import add_output_args, output_dir, write
+from resaware import confine, hardware, reference
+from resaware.bench import TOLERANCE, interleaved, rel_error
+from resaware.budget import Budget
+from resaware.compiled import run_confined
+from resaware.measure import Timing
+from resaware.plots import curves
+from resaware.store import FAILED, Store
+from resaware.tasks import lower
+
+CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware"}
+QUALITY = 1.05  # within 5% of the best final estimate
+
+
+# ---------------------------------------------------------------- child: one contestant
+
+
+def _lean_build(mod, target, _params):
+    """What an expert passes as LocalBuilder's f_build: TVM's default build minus the import of every
+    backend's tensor intrinsics (~40 s per fresh worker here; LLVM schedules without VNNI use none)."""
+    from tvm.driver import build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def _mean(secs) -> float | None:
+    values = [float(s) for s in secs or []]
+    return sum(values) / len(values) if values and max(values) < FAILED else None
+
+
+@derived_object
+class _Curve(PyMeasureCallback):
+    """Streams (seconds, trials, estimated latency) after every batch; ends tuning at the cap."""
+
+    def __init__(self, stream, start: float, cap_s: float):
+        super().__init__()
+        self.stream, self.start, self.cap_s = stream, start, cap_s
+        self.best: dict[int, float] = {}
+        self.trials = 0
+        self.capped = False
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        for built, ran in zip(builder_results, runner_results):
+            mean = _mean(ran.run_secs) if built.error_msg is None and ran.error_msg is None else None
+            if mean is not None:
+                self.best[task_id] = min(self.best.get(task_id, mean), mean)
+        self.trials += len(runner_results)
+        weights = [float(t.task_weight) for t in task_scheduler.tasks_]
+        estimate = sum(w * self.best[i] for i, w in enumerate(weights)) if len(self.best) == len(weights) else None
+        _emit(self.stream, point=[time.monotonic() - self.start, self.trials, estimate])
+        if time.monotonic() - self.start >= self.cap_s:
+            self.capped = True
+            raise TimeoutError("race cap reached")  # the batch is already in the database
+
+
+def _emit(stream, **item) -> None:
+    stream.write(json.dumps(item) + "\n")
+    stream.flush()
+
+
+def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float, work_dir: str, stream) -> dict:
+    if expert:
+        target = hardware.llvm_target(cores)
+        n_tasks = len(ms.relax_integration.extract_tasks(lower(model, target), target))  # bookkeeping: not timed
+        start = time.monotonic()
+        mod = lower(model, target)
+        options = dict(
+            builder=ms.builder.LocalBuilder(f_build=_lean_build, max_workers=cores, timeout_sec=600),
+            runner=ms.runner.LocalRunner(evaluator_config=Timing().evaluator()),
+            # Every task gets a batch before any gets two: 64 per batch on 30 tasks and 256 trials would
+            # tune four kernels and leave the rest untouched.
+            num_trials_per_iter=max(4, min(64, trials // max(n_tasks, 1))),
+        )
+    else:
+        target = tvm.target.Target({"kind": "llvm", "num-cores": cores})
+        start = time.monotonic()
+        mod = lower(model, target)
+        options = {}
+    curve = _Curve(stream, start, cap_s)
+    try:
+        ms.relax_integration.tune_relax(
+            mod, None, target, work_dir, max_trials_global=trials, seed=seed,
+            measure_callbacks=[*ms.MeasureCallback.create("default"), curve], **options,
+        )  # fmt: skip
+    except Exception:
+        if not curve.capped:
+            raise
+    wall = time.monotonic() - start
+    return {"stopped_by": "cap" if curve.capped else "trials", "trials": curve.trials, "wall_s": wall}
+
+
+def _resaware(model, budget: str, trials: int, seed: int, cap_s: float, store: str, stream) -> dict:
+    start = time.monotonic()
+    report = resaware.tune(model, budget, trials, store=store, seed=seed, time_limit=cap_s, progress=False)
+    (result,) = report.budgets
+    # History is timed from the budget's start; shift it by what came before (store, hardware).
+    offset = max(0.0, time.monotonic() - start - result.wall_s)
+    for seconds, done, estimate in result.history:
+        _emit(stream, point=[seconds + offset, done, estimate])
+    wall = time.monotonic() - start
+    stopped_by = "cap" if result.stopped_by == "time" else result.stopped_by
+    return {"stopped_by": stopped_by, "trials": result.trials_run, "wall_s": wall}
+
+
+def run_child(args) -> None:
+    model = resaware.load_onnx(args.model)
+    share = Budget.parse(args.budget).cpu(confine.usable_cores())
+    slot = Store.open(args.store).slot(
+        hardware.detect(), "llvm", share.key, share.fraction, hardware.target_json(hardware.llvm_target(share.count))
+    )
+    with open(args.stream, "a") as stream, ms.Profiler() as profiler:
+        if args.child == "resaware":
+            done = _resaware(model, args.budget, args.trials, args.seed, args.cap, args.store, stream)
+        else:
+            done = _stock(model, args.child == "expert", share.count, args.trials, args.seed, args.cap,
+                          str(slot.path), stream)  # fmt: skip
+        _emit(stream, done={**done, "profile": {str(k): float(v) for k, v in profiler.get().items()}})
+
+
+# ---------------------------------------------------------------- parent: the race
+
+
+def phases(profile: dict[str, float], wall: float) -> dict[str, float]:
+    """MetaSchedule's profiler scopes folded into the phases a user can act on."""
+    scopes = {k: float(v) for k, v in profile.items() if k != "Total"}
+    top = [k for k in scopes if not any(k.startswith(o + "/") for o in scopes if o != k)]  # no double counting
+    predict = sum(v for k, v in scopes.items() if k.endswith("PredictNormalizedScore"))
+    search = sum(scopes[k] for k in top if k.startswith("EvoSearch")) - predict
+    cost = predict + scopes.get("MeasureCallback/UpdateCostModel", 0.0)
+    build = scopes.get("SendToBuilder", 0.0)
+    run = sum(v for k, v in scopes.items() if k in ("SendToRunner", "JoinRunnerFutures"))
+    return {"search": search, "cost_model": cost, "build": build, "run": run,
+            "other": max(0.0, wall - search - cost - build - run)}  # fmt: skip
+
+
+def _finished(stream: Path) -> bool:
+    return stream.exists() and '"done"' in stream.read_text()
+
+
+def race_one(name: str, args, work: Path) -> dict:
+    """Tune one contestant in a child process (or reuse its finished run in `work`); its numbers."""
+    store, stream, log_path = work / name, work / f"{name}.jsonl", work / f"{name}.log"
+    cap = args.defaults_cap if name == "defaults" else args.cap
+    killed = False
+    if _finished(stream):
+        print(f"{CONTESTANTS[name]}: reusing the finished run in {work}", flush=True)
+    else:
+        shutil.rmtree(store, ignore_errors=True)
+        stream.unlink(missing_ok=True)
+        argv = [sys.executable, __file__, "--child", name, "--model", args.model, "--budget", args.budget,
+                "--trials", str(args.trials), "--seed", str(args.seed), "--cap", str(cap),
+                "--store", str(store), "--stream", str(stream)]  # fmt: skip
+        print(f"{CONTESTANTS[name]}: tuning (MetaSchedule's log: {log_path})", flush=True)
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            # Its own process group: killing it must take the builder's and runner's workers with it.
+            child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                # The cap is checked after each batch; a batch of timed-out builds can outlast it.
+                rc = child.wait(timeout=cap * 1.5 + 120)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                rc, killed = child.wait(), True
+        wall = time.monotonic() - start
+        if not killed and not _finished(stream):
+            sys.stdout.write(log_path.read_text()[-4000:])
+            raise SystemExit(f"contestant {name} failed (exit {rc}); the end of its log is above")
+    items = [json.loads(line) for line in stream.read_text().splitlines()] if stream.exists() else []
+    curve = [item["point"] for item in items if "point" in item]
+    done = next((item["done"] for item in items if "done" in item), None)
+    if done is None:
+        done = {"stopped_by": "killed at cap", "trials": curve[-1][1] if curve else 0, "wall_s": wall}
+    return {
+        "label": CONTESTANTS[name], "stopped_by": done["stopped_by"], "trials": done["trials"],
+        "wall_s": done["wall_s"], "trials_per_min": done["trials"] / done["wall_s"] * 60,
+        "phases": phases(done["profile"], done["wall_s"]) if "profile" in done else None, "curve": curve,
+        "final_estimate_ms": next((p[2] * 1e3 for p in reversed(curve) if p[2] is not None), None),
+        "store": str(store),
+    }  # fmt: skip
+
+
+def checkpoints(curve: list, wall_s: float, trials: int, n: int) -> list[tuple[float, int]]:
+    """(seconds, trials) where the contestant's module is timed: the last curve point before each
+    n-th of its wall time, and the end of its run."""
+    points = {}
+    for i in range(1, n):
+        before = [p for p in curve if p[0] <= wall_s * i / n]
+        if before and before[-1][1] < trials:
+            points[before[-1][1]] = before[-1][0]
+    return [(seconds, done) for done, seconds in points.items()] + [(wall_s, trials)]
+
+
+def snapshot(store: Path, records: int, dest: Path) -> Path:
+    """The store as it stood after its first `records` measurements (the record file is in commit
+    order), without the cost model, which was trained on the later ones."""
+    shutil.copytree(store, dest, ignore=shutil.ignore_patterns("cost_model.tar", "logs", ".lock"))
+    for path in dest.rglob("database_tuning_record.json"):
+        path.write_text("".join(path.read_text().splitlines(keepends=True)[:records]))
+    return dest
+
+
+def score(results: dict[str, dict], args, work: Path) -> None:
+    """Compile every contestant's checkpoints the same way and time them all, interleaved over rounds;
+    adds `quality` [(seconds, trials, median ms)] and the final latency and output error."""
+    model = resaware.load_onnx(args.model)
+    share = Budget.parse(args.budget).cpu(confine.usable_cores())
+    inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
+    expected = reference.outputs(model, inputs)
+    modules = {}
+    for name, r in results.items():
+        points = checkpoints(r["curve"], r["wall_s"], r["trials"], args.checkpoints)
+        for seconds, done in points:
+            final = (seconds, done) == points[-1]
+            store = (
+                Path(r["store"]) if final else snapshot(Path(r["store"]), done, work / "snapshots" / f"{name}-{done}")
+            )
+            compiled = resaware.compile(model, args.budget, store=store)
+            modules[name, seconds, done] = compiled.export(work / "snapshots" / f"{name}-{done}.so")
+            if final:
+                r["max_rel_error"] = rel_error(compiled(*inputs), expected)
+                if r["max_rel_error"] >= TOLERANCE:
+                    raise SystemExit(f"{r['label']}: outputs differ from ONNX Runtime ({r['max_rel_error']:.1e})")
+    print(f"timing {len(modules)} modules at {args.budget} over {args.rounds} rounds", flush=True)
+    timers = {
+        key: functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
+        for key, path in modules.items()
+    }
+    samples = interleaved(timers, args.rounds)
+    for name, r in results.items():
+        r["quality"] = [[s, n, statistics.median(x.median_ms for x in samples[who, s, n])]
+                        for who, s, n in modules if who == name]  # fmt: skip
+        r["final_latency_ms"] = r["quality"][-1][2]
+
+
+def time_to_quality(quality: list, target_ms: float) -> float | None:
+    return next((s for s, _, ms in quality if ms <= target_ms), None)
+
+
+def table(results: dict[str, dict], args, cores: int, target_ms: float) -> str:
+    lines = [
+        f"tuning race: {args.model} at {args.budget} ({cores} cores), {args.trials} trials, seed {args.seed}, "
+        f"cap {args.cap:.0f} s ({args.defaults_cap:.0f} s for the defaults)",
+        f"{'contestant':<15} {'trials':>6} {'wall s':>7} {'trials/min':>10} {'search':>7} {'cost m.':>7} "
+        f"{'build':>7} {'run':>7} {'other':>7} {'est. ms':>8} {'final ms':>9} {'to quality s':>12}  stopped by",
+    ]
+    for r in results.values():
+        p = r["phases"] or {}
+        cells = " ".join(
+            f"{p[k]:>7.0f}" if k in p else f"{'-':>7}" for k in ("search", "cost_model", "build", "run", "other")
+        )
+        est = f"{r['final_estimate_ms']:.2f}" if r["final_estimate_ms"] is not None else "-"
+        ttq = f"{r['time_to_quality_s']:.0f}" if r["time_to_quality_s"] is not None else "never"
+        lines.append(f"{r['label']:<15} {r['trials']:>6} {r['wall_s']:>7.0f} {r['trials_per_min']:>10.1f} {cells} "
+                     f"{est:>8} {r['final_latency_ms']:>9.2f} {ttq:>12}  {r['stopped_by']}")  # fmt: skip
+    lines += [
+        f"final ms: the module compiled from the contestant's records, timed at {args.budget} (median of "
+        f"{args.rounds} interleaved rounds); est. ms: MetaSchedule's estimate from its own measurements",
+        f"to quality: seconds until a module compiled from the records so far ran within 5% of the best "
+        f"final module ({target_ms:.2f} ms); modules timed at {args.checkpoints} points of each run",
+    ]
+    expert, ours = results.get("expert"), results.get("resaware")
+    if expert and ours:
+        if ours["time_to_quality_s"] and expert["time_to_quality_s"]:
+            speedup = expert["time_to_quality_s"] / ours["time_to_quality_s"]
+            lines.append(f"time-to-quality, stock expert / resaware: {speedup:.2f}x")
+        lines.append(f"trials per minute, resaware / stock expert: {ours['trials_per_min'] / expert['trials_per_min']:.2f}x; "
+                     f"final latency, resaware / stock expert: {ours['final_latency_ms'] / expert['final_latency_ms']:.2f}x")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_output_args(parser)
+    parser.add_argument("--model", default="zoo:squeezenet")
+    parser.add_argument("--budget", default="100%")
+    parser.add_argument("--trials", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cap", type=float, default=900.0, help="wall seconds per contestant")
+    parser.add_argument("--defaults-cap", type=float, default=300.0, help="wall seconds for the stock defaults")
+    parser.add_argument("--contestants", help="default: defaults,expert,resaware (--quick: expert,resaware)")
+    parser.add_argument("--checkpoints", type=int, default=6, help="modules timed per contestant's run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per module and round (at least 1 s)")
+    parser.add_argument("--keep", help="keep stores and logs here; a contestant finished there is reused")
+    parser.add_argument("--child", choices=list(CONTESTANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--stream", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return run_child(args)
+    if args.quick:
+        # The stock defaults need minutes per batch here (every build times out): left out of the smoke run.
+        args.trials, args.cap, args.defaults_cap, args.checkpoints, args.rounds = 8, 60.0, 60.0, 2, 1
+        args.contestants = args.contestants or "expert,resaware"
+    names = (args.contestants or ",".join(CONTESTANTS)).split(",")
+    if unknown := set(names) - set(CONTESTANTS):
+        parser.error(f"unknown contestants {sorted(unknown)}: choose from {', '.join(CONTESTANTS)}")
+    out = output_dir(args)
+    cores = Budget.parse(args.budget).cpu(confine.usable_cores()).count
+    with tempfile.TemporaryDirectory(prefix="resaware-race-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(work / "snapshots", ignore_errors=True)
+        results = {name: race_one(name, args, work) for name in names}
+        score(results, args, work)
+    target_ms = min(r["final_latency_ms"] for r in results.values()) * QUALITY
+    for r in results.values():
+        r["time_to_quality_s"] = time_to_quality(r["quality"], target_ms)
+    text = table(results, args, cores, target_ms)
+    print(text)
+    data = {"model": args.model, "budget": args.budget, "cores": cores, "trials": args.trials, "seed": args.seed,
+            "cap_s": args.cap, "defaults_cap_s": args.defaults_cap, "target_ms": target_ms, "contestants": results,
+            "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
+    write(out, "tuning_speed", data, text, "python " + " ".join(sys.argv))
+    series = {}
+    for r in results.values():
+        series[f"{r['label']}: module"] = [(s, ms) for s, _, ms in r["quality"]]
+        series[f"{r['label']}: estimate"] = [(s, est * 1e3) for s, _, est in r["curve"] if est is not None]
+    title = f"{args.model} at {args.budget}: latency of the tuned module while tuning"
+    curves(series, out / "tuning_speed.png", title, target_ms, dotted=[k for k in series if k.endswith("estimate")])
+
+
+if __name__ == "__main__":
+    main()
