@@ -121,9 +121,14 @@ def interleaved(timers: dict, rounds: int) -> dict[object, list]:
     return samples
 
 
+def robust_budget(worst: dict[str, float], fractions: dict[str, float]) -> str | None:
+    """The tune-at budget with the smallest worst ratio; on a tie the larger share, which tunes faster."""
+    return min(worst, key=lambda label: (worst[label], -fractions[label])) if worst else None
+
+
 def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 3, repeat: int = 5,
                  min_seconds: float = 1.0, seed: int = 0, time_limit: float | None = None, untuned: bool = True,
-                 onnxruntime: bool = True, progress: bool = True, workdir: str | None = None) -> CrossBudget:  # fmt: skip
+                 onnxruntime: bool = True, progress: bool = True) -> CrossBudget:  # fmt: skip
     """Tune (or reuse the store) at each `tune_at` budget, then time every module at every `run_at` budget."""
     if rounds < 1 or repeat < 1:
         raise ResawareError(f"rounds and repeat must be at least 1, got {rounds} and {repeat}")
@@ -133,42 +138,43 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
     run_shares = _shares(run_at, usable, "run-at")
     report = tune(model, [s.asked for s in tune_shares.values()], trials, store=store, seed=seed,
                   time_limit=time_limit, progress=progress)  # fmt: skip
-    workdir = workdir or tempfile.mkdtemp(prefix="resaware-bench-")
-    inputs = model.random_inputs(0)
-    expected = reference.outputs(model, inputs)
-    specs = [s.to_json() for s in model.inputs]
+    # The modules live only as long as they are timed.
+    with tempfile.TemporaryDirectory(prefix="resaware-bench-") as workdir:
+        inputs = model.random_inputs(0)
+        expected = reference.outputs(model, inputs)
+        specs = [s.to_json() for s in model.inputs]
 
-    # Row -> {run-at label: path of the module that runs there}: tuned modules are built once, for
-    # their tune-at budget; the untuned baseline is built for each run-at budget, as a user would.
-    modules: dict[str, dict[str, str]] = {}
-    errors: dict[str, float] = {}
-    for label, share in tune_shares.items():
-        compiled = compile_model(model, share.asked, store=report.store)
-        path = compiled.export(os.path.join(workdir, f"{model.name}-tuned-{share.key}.so"))
-        errors[tuned_label(label)] = rel_error(compiled(*inputs), expected)
-        modules[tuned_label(label)] = dict.fromkeys(run_shares, path)
-    if untuned:
-        empty = os.path.join(workdir, "empty-store")
-        modules[UNTUNED] = {}
-        for label, share in run_shares.items():
-            compiled = compile_model(model, share.asked, store=empty, seed=seed)
-            modules[UNTUNED][label] = compiled.export(os.path.join(workdir, f"{model.name}-untuned-{share.key}.so"))
-            errors[UNTUNED] = max(errors.get(UNTUNED, 0.0), rel_error(compiled(*inputs), expected))
-    rows = list(modules) + ([ONNXRUNTIME] if onnxruntime else [])
-    bad = {row: err for row, err in errors.items() if err >= TOLERANCE}
-    if bad:
-        raise ResawareError(f"outputs differ from ONNX Runtime (max|diff|/max|ref| >= {TOLERANCE}): {bad}")
+        # Row -> {run-at label: path of the module that runs there}: tuned modules are built once, for
+        # their tune-at budget; the untuned baseline is built for each run-at budget, as a user would.
+        modules: dict[str, dict[str, str]] = {}
+        errors: dict[str, float] = {}
+        for label, share in tune_shares.items():
+            compiled = compile_model(model, share.asked, store=report.store)
+            path = compiled.export(os.path.join(workdir, f"{model.name}-tuned-{share.key}.so"))
+            errors[tuned_label(label)] = rel_error(compiled(*inputs), expected)
+            modules[tuned_label(label)] = dict.fromkeys(run_shares, path)
+        if untuned:
+            empty = os.path.join(workdir, "empty-store")
+            modules[UNTUNED] = {}
+            for label, share in run_shares.items():
+                compiled = compile_model(model, share.asked, store=empty, seed=seed)
+                modules[UNTUNED][label] = compiled.export(os.path.join(workdir, f"{model.name}-untuned-{share.key}.so"))
+                errors[UNTUNED] = max(errors.get(UNTUNED, 0.0), rel_error(compiled(*inputs), expected))
+        rows = list(modules) + ([ONNXRUNTIME] if onnxruntime else [])
+        bad = {row: err for row, err in errors.items() if err >= TOLERANCE}
+        if bad:
+            raise ResawareError(f"outputs differ from ONNX Runtime (max|diff|/max|ref| >= {TOLERANCE}): {bad}")
 
-    def time_cell(row: str, label: str) -> float:
-        share = run_shares[label]
-        if row == ONNXRUNTIME:
-            latency = reference.latency(model, share.cores, label, repeat, 2, min_seconds)
-        else:
-            latency = run_confined(modules[row][label], share.cores, label, repeat, 2, min_seconds, specs)
-        return latency.median_ms
+        def time_cell(row: str, label: str) -> float:
+            share = run_shares[label]
+            if row == ONNXRUNTIME:
+                latency = reference.latency(model, share.cores, label, repeat, 2, min_seconds)
+            else:
+                latency = run_confined(modules[row][label], share.cores, label, repeat, 2, min_seconds, specs)
+            return latency.median_ms
 
-    order = [(row, label) for label in run_shares for row in rows]
-    samples = interleaved({key: functools.partial(time_cell, *key) for key in order}, rounds)
+        order = [(row, label) for label in run_shares for row in rows]
+        samples = interleaved({key: functools.partial(time_cell, *key) for key in order}, rounds)
 
     cells = [Cell(row, label, statistics.median(samples[row, label]), samples[row, label]) for row, label in order]
     for label in run_shares:
@@ -177,7 +183,7 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
         for c in column:
             c.ratio = c.median_ms / best
     worst = {label: max(c.ratio for c in cells if c.row == tuned_label(label)) for label in tune_shares}
-    robust = min(worst, key=lambda label: (worst[label], -tune_shares[label].fraction)) if worst else None
+    robust = robust_budget(worst, {label: s.fraction for label, s in tune_shares.items()})
     labels = {**tune_shares, **run_shares}
     return CrossBudget(
         model=model.name, hardware=report.hardware, tune_at=list(tune_shares), run_at=list(run_shares),

@@ -193,12 +193,13 @@ def _cmd_bench(args):
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
     tune_at, run_at = Budget.parse_list(args.tune_at), Budget.parse_list(args.run_at)
     limit = parse_duration(args.time) if args.time else None
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="resaware-bench-"))
-    out.mkdir(parents=True, exist_ok=True)
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ResawareError(f"--out {args.out} is a file: give a directory for the results")
     model = _load_model(args)
     result = cross_budget(model, tune_at, run_at, args.trials, store=args.store, rounds=args.rounds,
-                          repeat=args.repeat, seed=args.seed, time_limit=limit, progress=not args.no_progress,
-                          workdir=str(out))  # fmt: skip
+                          repeat=args.repeat, seed=args.seed, time_limit=limit, progress=not args.no_progress)  # fmt: skip
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="resaware-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
     table = result.table()
     print(table)
     stem = out / f"{result.model}-cross-budget"
