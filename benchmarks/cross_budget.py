@@ -17,7 +17,7 @@ import time
 
 from common import add_output_args, output_dir, write
 from resaware import confine
-from resaware.bench import cross_budget
+from resaware.bench import cross_budget, tuned_label
 from resaware.plots import heatmap
 
 QUARTERS = "25%,50%,75%,100%"  # budgets that realise the same cores are measured once
@@ -47,7 +47,7 @@ def main() -> None:
         stem = f"cross_budget_{result.model}"
         write(out, stem, {**result.to_json(), "wall_s": time.monotonic() - start}, table, command)
         heatmap(result, out / f"{stem}.png")
-        diagonal = {b: result.cell(f"tuned@{b}", b).ratio for b in result.run_at if f"tuned@{b}" in result.rows}
+        diagonal = {b: result.cell(tuned_label(b), b).ratio for b in result.run_at if tuned_label(b) in result.rows}
         summary.append(f"{result.model}: robust tune-at {result.robust}; tuned-at-run-at ratio " +
                        ", ".join(f"{b} {r:.2f}x" for b, r in diagonal.items()))  # fmt: skip
     print("\n".join(summary))

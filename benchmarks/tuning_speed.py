@@ -10,11 +10,13 @@ process (so none inherits another's warm pools or caches):
                   as resaware: the fair baseline;
   resaware        `resaware.tune` at the same budget.
 
-Each records a curve (estimated model latency = sum of task weight x best measured task latency,
-after every batch), its wall time split by MetaSchedule's profiler into search / cost model /
-build / run / other, and trials per minute. Each contestant's records are then compiled the same
-way (`resaware.compile`) and the module timed, so the final latencies are comparable.
-Time-to-quality = seconds until a contestant's estimate is within 5% of the best final estimate.
+Each records MetaSchedule's estimate after every batch (sum of task weight x best measured task
+latency), its wall time split by MetaSchedule's profiler into search / cost model / build / run /
+other, and trials per minute. Then, at a few points of each run, the model is compiled from the
+records committed so far (`resaware.compile`, the same way for everyone) and all these modules are
+timed, interleaved over rounds. Time-to-quality = seconds until a contestant's module ran within 5%
+of the best final module. (Final modules compile from the whole store: resaware's includes the cost
+model it keeps, which picks schedules for kernels still without records; stock keeps none.)
 
     python benchmarks/tuning_speed.py                  # SqueezeNet at 100%, 256 trials, 15 min cap each
     python benchmarks/tuning_speed.py --quick          # CI smoke run
@@ -48,11 +50,12 @@ from resaware.budget import Budget
 from resaware.compiled import run_confined
 from resaware.measure import Timing
 from resaware.plots import curves
-from resaware.store import FAILED, Store
+from resaware.store import Store
 from resaware.tasks import lower
+from resaware.tuning import _batch_size, _mean  # the same batch size and the same mean of a record
 
 CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware"}
-QUALITY = 1.05  # within 5% of the best final estimate
+QUALITY = 1.05  # within 5% of the best final module
 
 
 # ---------------------------------------------------------------- child: one contestant
@@ -65,11 +68,6 @@ def _lean_build(mod, target, _params):
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
-
-
-def _mean(secs) -> float | None:
-    values = [float(s) for s in secs or []]
-    return sum(values) / len(values) if values and max(values) < FAILED else None
 
 
 @derived_object
@@ -113,7 +111,7 @@ def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float
             runner=ms.runner.LocalRunner(evaluator_config=Timing().evaluator()),
             # Every task gets a batch before any gets two: 64 per batch on 30 tasks and 256 trials would
             # tune four kernels and leave the rest untouched.
-            num_trials_per_iter=max(4, min(64, trials // max(n_tasks, 1))),
+            num_trials_per_iter=_batch_size(trials, n_tasks),
         )
     else:
         target = tvm.target.Target({"kind": "llvm", "num-cores": cores})
@@ -177,8 +175,16 @@ def phases(profile: dict[str, float], wall: float) -> dict[str, float]:
             "other": max(0.0, wall - search - cost - build - run)}  # fmt: skip
 
 
-def _finished(stream: Path) -> bool:
-    return stream.exists() and '"done"' in stream.read_text()
+def _settings(args, cap: float) -> dict:
+    return {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
+
+
+def _finished(stream: Path, settings: dict) -> bool:
+    """Whether `stream` holds a finished run with these settings."""
+    if not stream.exists():
+        return False
+    items = [json.loads(line) for line in stream.read_text().splitlines()]
+    return any("done" in item for item in items) and any(item.get("settings") == settings for item in items)
 
 
 def race_one(name: str, args, work: Path) -> dict:
@@ -186,11 +192,12 @@ def race_one(name: str, args, work: Path) -> dict:
     store, stream, log_path = work / name, work / f"{name}.jsonl", work / f"{name}.log"
     cap = args.defaults_cap if name == "defaults" else args.cap
     killed = False
-    if _finished(stream):
+    settings = _settings(args, cap)
+    if _finished(stream, settings):
         print(f"{CONTESTANTS[name]}: reusing the finished run in {work}", flush=True)
     else:
         shutil.rmtree(store, ignore_errors=True)
-        stream.unlink(missing_ok=True)
+        stream.write_text(json.dumps({"settings": settings}) + "\n")
         argv = [sys.executable, __file__, "--child", name, "--model", args.model, "--budget", args.budget,
                 "--trials", str(args.trials), "--seed", str(args.seed), "--cap", str(cap),
                 "--store", str(store), "--stream", str(stream)]  # fmt: skip
@@ -205,8 +212,11 @@ def race_one(name: str, args, work: Path) -> dict:
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 rc, killed = child.wait(), True
+            except BaseException:  # interrupted: leave no contestant tuning behind
+                os.killpg(child.pid, signal.SIGKILL)
+                raise
         wall = time.monotonic() - start
-        if not killed and not _finished(stream):
+        if not killed and not _finished(stream, settings):
             sys.stdout.write(log_path.read_text()[-4000:])
             raise SystemExit(f"contestant {name} failed (exit {rc}); the end of its log is above")
     items = [json.loads(line) for line in stream.read_text().splitlines()] if stream.exists() else []
