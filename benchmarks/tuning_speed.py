@@ -144,18 +144,21 @@ def _resaware(model, budget: str, trials: int, seed: int, cap_s: float, store: s
     return {"stopped_by": stopped_by, "trials": result.trials_run, "wall_s": wall}
 
 
+def _stock_work_dir(store: str, share) -> str:
+    """The store slot resaware itself would use for this budget, so `resaware.compile` finds stock's records."""
+    target = hardware.target_json(hardware.llvm_target(share.count))
+    return str(Store.open(store).slot(hardware.detect(), "llvm", share.key, share.fraction, target).path)
+
+
 def run_child(args) -> None:
     model = resaware.load_onnx(args.model)
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    slot = Store.open(args.store).slot(
-        hardware.detect(), "llvm", share.key, share.fraction, hardware.target_json(hardware.llvm_target(share.count))
-    )
     with open(args.stream, "a") as stream, ms.Profiler() as profiler:
         if args.child == "resaware":
             done = _resaware(model, args.budget, args.trials, args.seed, args.cap, args.store, stream)
         else:
             done = _stock(model, args.child == "expert", share.count, args.trials, args.seed, args.cap,
-                          str(slot.path), stream)  # fmt: skip
+                          _stock_work_dir(args.store, share), stream)  # fmt: skip
         _emit(stream, done={**done, "profile": {str(k): float(v) for k, v in profiler.get().items()}})
 
 
@@ -179,11 +182,12 @@ def _settings(args, cap: float) -> dict:
     return {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
 
 
-def _finished(stream: Path, settings: dict) -> bool:
-    """Whether `stream` holds a finished run with these settings."""
-    if not stream.exists():
-        return False
-    items = [json.loads(line) for line in stream.read_text().splitlines()]
+def _read(stream: Path) -> list[dict]:
+    return [json.loads(line) for line in stream.read_text().splitlines()] if stream.exists() else []
+
+
+def _finished(items: list[dict], settings: dict) -> bool:
+    """Whether a contestant's stream holds a finished run with these settings."""
     return any("done" in item for item in items) and any(item.get("settings") == settings for item in items)
 
 
@@ -193,7 +197,7 @@ def race_one(name: str, args, work: Path) -> dict:
     cap = args.defaults_cap if name == "defaults" else args.cap
     killed = False
     settings = _settings(args, cap)
-    if _finished(stream, settings):
+    if _finished(_read(stream), settings):
         print(f"{CONTESTANTS[name]}: reusing the finished run in {work}", flush=True)
     else:
         shutil.rmtree(store, ignore_errors=True)
@@ -216,10 +220,10 @@ def race_one(name: str, args, work: Path) -> dict:
                 os.killpg(child.pid, signal.SIGKILL)
                 raise
         wall = time.monotonic() - start
-        if not killed and not _finished(stream, settings):
+        if not killed and not _finished(_read(stream), settings):
             sys.stdout.write(log_path.read_text()[-4000:])
             raise SystemExit(f"contestant {name} failed (exit {rc}); the end of its log is above")
-    items = [json.loads(line) for line in stream.read_text().splitlines()] if stream.exists() else []
+    items = _read(stream)
     curve = [item["point"] for item in items if "point" in item]
     done = next((item["done"] for item in items if "done" in item), None)
     if done is None:
