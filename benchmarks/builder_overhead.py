@@ -17,30 +17,16 @@ import sys
 import time
 
 import tvm
-from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 
-import resaware
-from common import add_output_args, output_dir, write
-from resaware import confine, hardware, intrinsics, measure
-from resaware.tasks import extract
-
-
-def candidates(n: int, target):
-    """`n` real candidates: seeded samples of the design space of SqueezeNet's heaviest kernel."""
-    intrinsics.register("llvm")
-    task = extract(resaware.load_onnx("zoo:squeezenet"), target)[0]
-    context = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                             search_strategy=ms.search_strategy.ReplayTrace(), rand_state=0, num_threads=1)  # fmt: skip
-    context.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=context.generate_design_space())
-    found = context.generate_measure_candidates()
-    return task.name, [c.sch.mod for c in found[:n]]
+from common import add_output_args, output_dir, sample_candidates, write
+from resaware import confine, hardware, measure
 
 
 def compile_seconds(mods, target) -> float:
     start = time.perf_counter()
     for mod in mods:
-        path = measure._build_one(mod, target)
+        path = measure.build_one(mod, target)
         measure.remove_artifact(path)
     return time.perf_counter() - start
 
@@ -67,7 +53,7 @@ def main() -> None:
         args.batches, args.batch_size = 1, 2
     cores = tuple(confine.usable_cores())
     target = hardware.llvm_target(len(cores))
-    name, mods = candidates(args.batch_size, target)
+    ((name, mods),) = sample_candidates("zoo:squeezenet", target, per_task=args.batch_size, tasks=1)
     compile_s = statistics.median(compile_seconds(mods, target) for _ in range(2))
 
     pooled = measure.PooledBuilder(cores)

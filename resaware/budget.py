@@ -72,11 +72,22 @@ class Budget:
         exact = Decimal(repr(self.fraction)) * usable
         return max(1, min(usable, int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))))
 
-    def cpu(self, usable_cores: list[int] | tuple[int, ...]) -> CpuShare:
-        """The concrete core set: the highest-numbered cores, so the tuner keeps the low ones."""
+    def cpu(self, usable_cores: list[int] | tuple[int, ...], partition: int = 0) -> CpuShare:
+        """The concrete core set of one partition: partition 0 is the highest-numbered cores, 1 the
+        ones below them, and so on (so a lone tuner keeps the low ones)."""
         usable = tuple(sorted(usable_cores))
         n = self.core_count(len(usable))
-        return CpuShare(asked=self, cores=usable[len(usable) - n :], usable=usable)
+        if not 0 <= partition < len(usable) // n:
+            raise BudgetError(
+                f"budget {self} has partitions 0..{len(usable) // n - 1} on {len(usable)} cores, not {partition}"
+            )
+        end = len(usable) - partition * n
+        return CpuShare(asked=self, cores=usable[end - n : end], usable=usable)
+
+    @property
+    def mps_clients(self) -> int:
+        """Concurrent CUDA MPS clients at this budget: floor(1 / fraction)."""
+        return max(1, math.floor(1 / self.fraction + 1e-9))
 
     @property
     def mps_percentage(self) -> int:
@@ -103,6 +114,25 @@ class CpuShare:
     @property
     def realised(self) -> Budget:
         return Budget(self.fraction)
+
+    @property
+    def max_concurrency(self) -> int:
+        """How many disjoint partitions of this size the usable cores hold."""
+        return len(self.usable) // self.count
+
+    def partitions(self, k: int) -> list[CpuShare]:
+        """Partitions 0..k-1 of this budget: `k` disjoint shares of this size."""
+        if not 1 <= k <= self.max_concurrency:
+            raise BudgetError(
+                f"budget {self.asked} ({self.count} of {len(self.usable)} cores) allows concurrency "
+                f"1..{self.max_concurrency}, not {k}"
+            )
+        return [self.asked.cpu(self.usable, i) for i in range(k)]
+
+    def spare(self, k: int) -> tuple[int, ...]:
+        """Usable cores outside the first `k` partitions: builds and search can go there."""
+        taken = {c for p in self.partitions(k) for c in p.cores}
+        return tuple(c for c in self.usable if c not in taken)
 
     @property
     def rest(self) -> tuple[int, ...]:

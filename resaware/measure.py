@@ -45,7 +45,7 @@ def _enter(cores: tuple[int, ...]) -> None:
     confine.enter(cores)
 
 
-def _build_one(mod, target) -> str:
+def build_one(mod, target) -> str:
     """Compile one candidate to a shared library in its own directory (the tuner removes it after)."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -85,7 +85,7 @@ class PooledBuilder(PyBuilder):
         )
 
     def build(self, build_inputs):
-        futures = [self.pool.submit(_build_one, item.mod, item.target) for item in build_inputs]
+        futures = [self.pool.submit(build_one, item.mod, item.target) for item in build_inputs]
         results = []
         for future in futures:
             try:
@@ -127,7 +127,7 @@ def _measure_one(artifact_path: str, device_type: str, args_info, evaluator: Eva
     return run_evaluator_common(module, device, evaluator, [_random_args(args_info, device)])
 
 
-def _worker_state() -> dict:
+def worker_state() -> dict:
     """What the measuring worker looks like from inside: every thread's mask and its TVM settings."""
     return {
         "pid": os.getpid(),
@@ -170,7 +170,7 @@ def _spin(seconds: float) -> dict:
             if tid in busy and ticks > busy[tid]:
                 cpus.setdefault(tid, set()).add(int(fields[36]))
             busy[tid] = ticks
-    state = _worker_state()
+    state = worker_state()
     state["ran_on"] = {tid: sorted(c) for tid, c in cpus.items()}
     return state
 

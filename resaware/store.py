@@ -16,11 +16,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import JSONDatabase, PyDatabase
 
 from . import quiet
 from .errors import ResawareError
@@ -86,11 +90,30 @@ class Slot:
     def cost_model_file(self) -> Path:
         return self.path / "cost_model.tar"
 
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Slot:
+        """The slot at `path` (a budget directory inside a store)."""
+        path = Path(path)
+        info = read_json(path / "budget.json")
+        if info is None:
+            raise ResawareError(f"{path} is not a budget directory of a resaware store (no budget.json)")
+        return cls(
+            path, Hardware.from_json(read_json(path.parent.parent / "hardware.json")), info["kind"], info["key"], info
+        )
+
     def database(self):
         """The MetaSchedule JSON database of this budget (created empty if missing)."""
-        from tvm.s_tir.meta_schedule.database import JSONDatabase
-
         return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+
+    def commit_workloads(self, mods) -> None:
+        """Write these workloads into the database now, before several processes share it."""
+        database = self.database()
+        for mod in mods:
+            database.commit_workload(mod)
+
+    def shared_database(self):
+        """This budget's database for one of several processes tuning it at once (see `SharedAppends`)."""
+        return SharedAppends(str(self.workload_file), str(self.record_file), str(self.path / ".records.lock"))
 
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""
@@ -120,27 +143,56 @@ class Slot:
             entry["models"][model_name] = t.weight
         write_json(self.path / "tasks.json", known)
 
-    def load_cost_model(self, threads: int):
-        """This budget's XGBoost cost model, with the data it was trained on (fresh if none)."""
+    def load_cost_model(self, threads: int, path: Path | None = None):
+        """This budget's XGBoost cost model (or the one at `path`), with the data it was trained on
+        (fresh if none)."""
         from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
+        path = path or self.cost_model_file
         model = XGBModel(num_tuning_cores=threads, adaptive_training=True)
-        if self.cost_model_file.exists():
+        if path.exists():
             try:
                 with quiet.xgboost_warnings():
-                    model.load(str(self.cost_model_file))
+                    model.load(str(path))
             except Exception as error:  # a model saved before its first training has no booster
-                print(f"resaware: cost model {self.cost_model_file} not loaded ({error}); starting afresh")
+                print(f"resaware: cost model {path} not loaded ({error}); starting afresh", file=sys.stderr)
                 model = XGBModel(num_tuning_cores=threads, adaptive_training=True)
         return model
 
-    def save_cost_model(self, model) -> None:
+    def save_cost_model(self, model, path: Path | None = None) -> None:
+        """Replace the cost model file (this budget's, or `path`) atomically."""
         if getattr(model, "booster", None) is None:
             return  # nothing trained yet; its data is in the records anyway
+        path = path or self.cost_model_file
         tmp = self.path / f".cost_model.{os.getpid()}.tar"
         with quiet.xgboost_warnings():
             model.save(str(tmp))
-        os.replace(tmp, self.cost_model_file)
+        os.replace(tmp, path)
+
+    def client_cost_model_file(self, client: int) -> Path:
+        return self.path / f".cost_model.client{client}.tar"
+
+    def merge_cost_models(self, parts: list[Path]) -> None:
+        """Fold cost models that concurrent clients trained on disjoint tasks into this budget's.
+
+        Each part began as this budget's model and added data for its own tasks only, so the largest
+        feature group per workload is the union. The booster kept is the one trained on most data; it
+        is retrained on the merged data at the next run's first update.
+        """
+        base = self.load_cost_model(1)
+        best_size = -1
+        for part in parts:
+            if not part.exists():
+                continue  # a client that died before its first save added nothing
+            model = self.load_cost_model(1, part)
+            for key, group in model.data.items():
+                if key not in base.data or len(group.costs) > len(base.data[key].costs):
+                    base.data[key] = group
+            if model.booster is not None and model.data_size > best_size:
+                base.booster, best_size = model.booster, model.data_size
+            part.unlink()
+        base.data_size = sum(len(g.costs) for g in base.data.values())
+        self.save_cost_model(base)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -156,6 +208,61 @@ class Slot:
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@derived_object
+class SharedAppends(PyDatabase):
+    """A budget's JSON database that several processes append records to at once.
+
+    TVM appends a record in more than one write (the line, then its newline), so each append takes a
+    file lock. A workload's id is its line number in the workload file, so workloads must all be
+    committed beforehand (`Slot.commit_workloads`): two processes appending one each would give both
+    the same id.
+    """
+
+    def __init__(self, workload_file: str, record_file: str, lock_path: str):
+        super().__init__()  # TVM compares workloads structurally by default, like `Slot.database`
+        self.lock = open(lock_path, "a")
+        with self.locked():  # another process may be half-way through a line
+            self.inner = JSONDatabase(workload_file, record_file, module_equality="structural")
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+
+    def has_workload(self, mod):
+        return self.inner.has_workload(mod)
+
+    def commit_workload(self, mod):
+        if not self.inner.has_workload(mod):
+            raise ResawareError("a workload was not committed before concurrent tuning began (a resaware bug)")
+        return self.inner.commit_workload(mod)
+
+    def commit_tuning_record(self, record):
+        with self.locked():
+            self.inner.commit_tuning_record(record)
+
+    def get_top_k(self, workload, top_k):
+        return self.inner.get_top_k(workload, top_k)
+
+    def get_all_tuning_records(self):
+        return self.inner.get_all_tuning_records()
+
+    def query_tuning_record(self, mod, target, workload_name):
+        return self.inner.query_tuning_record(mod, target, workload_name)
+
+    def query_schedule(self, mod, target, workload_name):
+        return self.inner.query_schedule(mod, target, workload_name)
+
+    def query_ir_module(self, mod, target, workload_name):
+        return self.inner.query_ir_module(mod, target, workload_name)
+
+    def __len__(self):
+        return len(self.inner)
 
 
 class Store:

@@ -1,0 +1,174 @@
+"""One tuning client: MetaSchedule's evolutionary search over a set of tasks, with a builder, a runner
+and a cost model handed to it, until the store holds a number of records for those tasks.
+
+Both the in-process tuner and each concurrent client process (`resaware.clients`) run this loop; they
+differ only in which tasks, cores, database and cost-model file they give it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+from . import quiet
+from .store import FAILED
+from .tasks import Task
+
+
+def _mean(secs) -> float | None:
+    values = [float(s) for s in (secs or [])]
+    return sum(values) / len(values) if values and max(values) < FAILED else None
+
+
+def _batch_size(trials: int, n_tasks: int) -> int:
+    return max(4, min(64, trials // max(n_tasks, 1)))
+
+
+def _search(batch: int):
+    """MetaSchedule's evolutionary search with a population sized to the batch.
+
+    Its default population (512) costs ~25 s of mutation per batch on one core: fine for batches of
+    64, most of the tuning time for the small batches a few hundred trials over many tasks give.
+    """
+    return ms.search_strategy.EvolutionarySearch(population_size=max(128, min(512, 32 * batch)))
+
+
+def _contexts(tasks: list[Task], target, threads: int, seed: int, batch: int) -> list:
+    logger = logging.getLogger("resaware.metaschedule")
+    return [
+        ms.TuneContext(
+            mod=t.mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=_search(batch),
+            task_name=t.name,
+            logger=logger,
+            rand_state=seed + i,
+            num_threads=threads,
+        ).clone()
+        for i, t in enumerate(tasks)
+    ]
+
+
+@derived_object
+class Progress(PyMeasureCallback):
+    """Reports every measured batch as (task index, candidates, best mean seconds or None) and ends
+    tuning at the deadline (seconds since the epoch)."""
+
+    def __init__(self, on_batch: Callable[[int, int, float | None], None], deadline: float | None):
+        super().__init__()
+        self.on_batch, self.deadline = on_batch, deadline
+        self.timed_out = False
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        means = [_mean(r.run_secs) for r in runner_results if r.error_msg is None]
+        valid = [m for m in means if m is not None]
+        self.on_batch(int(task_id), len(runner_results), min(valid) if valid else None)
+        if self.deadline is not None and time.time() >= self.deadline:
+            # Runs after MetaSchedule's own callbacks, so this batch is already in the database and
+            # the cost model; raising is the one way to end the task scheduler's loop early.
+            self.timed_out = True
+            raise TimeoutError("tuning time limit reached")
+
+
+@derived_object
+class WeightedScheduler(PyTaskScheduler):
+    """Gives every task one batch (heaviest first), then batches in proportion to weight x FLOPs.
+
+    Finished batches are joined before the next task is picked, so each one reaches the store and
+    the progress bar at once. TVM's gradient scheduler holds every result until all tasks have had a
+    batch (369 candidates for ResNet-50 at --trials 400), where a crash or a time limit loses them.
+    """
+
+    def __init__(self, shares: list[float]):
+        super().__init__()
+        self.shares = shares
+        self.sent = [0] * len(shares)
+
+    def next_task_id(self) -> int:
+        scheduler = self._outer()
+        records = scheduler.tasks_
+        for i in range(len(records)):
+            scheduler.touch_task(i)  # joins a finished batch: database, cost model, callbacks
+        alive = [i for i, record in enumerate(records) if not record.is_terminated]
+        if not alive:
+            return -1
+        fresh = [i for i in alive if self.sent[i] == 0]
+        if fresh:
+            pick = fresh[0]
+        else:
+            sent, total = sum(self.sent[i] for i in alive), sum(self.shares[i] for i in alive)
+            pick = max(alive, key=lambda i: (self.shares[i] / total * sent - self.sent[i], -i))
+        self.sent[pick] += 1
+        return pick
+
+
+def search_rounds(
+    tasks: list[Task],
+    target,
+    database,
+    work_dir: str,
+    trials: int,
+    done: int,
+    seed: int,
+    threads: int,
+    builder,
+    runner,
+    cost_model,
+    save_cost_model: Callable[[object], None],
+    progress: Progress,
+    counted: Callable[[], int],
+) -> str:
+    """Run MetaSchedule until the store holds `trials` records of these tasks (it holds `done`);
+    say what stopped it: "trials", "time" or "search space"."""
+    shares = [max(t.weight * t.flops, 1.0) for t in tasks]
+    while done < trials:
+        remaining = trials - done
+        batch = min(_batch_size(remaining, len(tasks)), remaining)
+        try:
+            with quiet.native_stderr(), quiet.xgboost_warnings():
+                ms.tune_tasks(
+                    task_scheduler=WeightedScheduler(shares),
+                    tasks=_contexts(tasks, target, threads, seed + done, batch),
+                    task_weights=[float(t.weight) for t in tasks],
+                    work_dir=work_dir,
+                    # Whole batches, then a smaller last round; a batch that comes back short can still make
+                    # the total overshoot `trials` by less than one batch.
+                    max_trials_global=remaining - remaining % batch,
+                    num_trials_per_iter=batch,
+                    builder=builder,
+                    runner=runner,
+                    database=database,
+                    cost_model=cost_model,
+                    measure_callbacks=[*ms.MeasureCallback.create("default"), progress],
+                )
+        except Exception:
+            if not progress.timed_out:
+                raise
+        save_cost_model(cost_model)
+        now = counted()
+        if progress.timed_out:
+            return "time"
+        if now == done:
+            return "search space"  # MetaSchedule found nothing new to measure
+        done = now
+    return "trials"
+
+
+def phases(profile: dict[str, float], wall: float) -> dict[str, float]:
+    """MetaSchedule's profiler scopes folded into the phases a user can act on (seconds)."""
+    scopes = {k: float(v) for k, v in profile.items() if k != "Total"}
+    top = [k for k in scopes if not any(k.startswith(o + "/") for o in scopes if o != k)]  # no double counting
+    predict = sum(v for k, v in scopes.items() if k.endswith("PredictNormalizedScore"))
+    search = sum(scopes[k] for k in top if k.startswith("EvoSearch")) - predict
+    cost = predict + scopes.get("MeasureCallback/UpdateCostModel", 0.0)
+    build = scopes.get("SendToBuilder", 0.0)
+    run = sum(v for k, v in scopes.items() if k in ("SendToRunner", "JoinRunnerFutures"))
+    return {"search": search, "cost_model": cost, "build": build, "run": run,
+            "other": max(0.0, wall - search - cost - build - run)}  # fmt: skip
