@@ -63,6 +63,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--concurrency", default="1", metavar="K|auto",
+                   help="clients tuning each budget at once, each measuring on its own partition (default 1)")  # fmt: skip
+    p.add_argument("--tracker", metavar="HOST:PORT",
+                   help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
+
+    p = sub.add_parser("serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
+    p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the TVM RPC tracker to register with")
+    p.add_argument("--budget", required=True, help="the share of this machine each measurement gets, e.g. 50%%")
+    p.add_argument("--partition", type=int, help="which partition of the budget to serve on (default: a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback; trusted networks only)")
+    p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
 
     p = sub.add_parser("compile", help="compile a model for a budget from the store's records")
     _model_args(p)
@@ -131,9 +142,27 @@ def _cmd_tune(args):
     budgets = Budget.parse_list(args.budgets)
     limit = parse_duration(args.time) if args.time else None
     model = _load_model(args)
+    concurrency = args.concurrency if args.concurrency == "auto" else _whole(args.concurrency, "--concurrency")
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
-                  progress=not args.no_progress and not args.json)  # fmt: skip
+                  progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
+
+
+def _whole(text: str, flag: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ResawareError(f"{flag} {text!r} is not a whole number >= 1 (or auto)")
+    return int(text)
+
+
+def _cmd_serve(args):
+    from .remote import serve
+
+    if args.partition is not None and args.partition < 0:
+        raise ResawareError(f"--partition must be >= 0, got {args.partition}")
+    try:
+        serve(Budget.parse(args.budget), args.tracker, host=args.host, port=args.port, partition=args.partition)
+    except KeyboardInterrupt:
+        print("resaware: stopped serving", file=sys.stderr)
 
 
 def _cmd_compile(args):
@@ -218,7 +247,7 @@ def _cmd_store(args):
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "tune": _cmd_tune, "compile": _cmd_compile,
-               "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store}[args.command]  # fmt: skip
+               "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve}[args.command]  # fmt: skip
     try:
         handler(args)
     except (ResawareError, BudgetError) as error:

@@ -174,21 +174,22 @@ def run(
         return [reports[i] for i in range(len(procs))]
 
 
-def tune_shard(tasks: list[Task], slot: Slot, database, cores: tuple[int, ...], tuner: tuple[int, ...], trials: int,
-               before: int, seed: int, deadline: float | None, timing: Timing,
-               on_batch: Callable[[int, int, float | None], None], cost_model_file: Path | None = None) -> ClientReport:  # fmt: skip
-    """One client's run in this process: measure on `cores`, search and build on `tuner`, until the
-    store holds `trials` records of `tasks` (it holds `before`)."""
+def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int, ...], tuner: tuple[int, ...],
+               trials: int, before: int, seed: int, deadline: float | None, timing: Timing,
+               on_batch: Callable[[int, int, float | None], None], cost_model_file: Path | None = None,
+               runner=None) -> ClientReport:  # fmt: skip
+    """One client's run in this process: measure on `cores` (or with `runner`), search and build on
+    `tuner`, until the store holds `trials` records of `tasks` (it holds `before`)."""
     start = time.monotonic()
     intrinsics.register("llvm")
-    target = hardware.llvm_target(len(cores))
     done = [before]
 
     def counting(task: int, n: int, best: float | None) -> None:
         done[0] += n
         on_batch(task, n, best)
 
-    builder, runner = PooledBuilder(tuner), ConfinedRunner(cores, timing)
+    confined = runner is None
+    builder, runner = PooledBuilder(tuner), runner or ConfinedRunner(cores, timing)
     began = time.time()
     try:
         with ms.Profiler() as profiler:
@@ -198,10 +199,11 @@ def tune_shard(tasks: list[Task], slot: Slot, database, cores: tuple[int, ...], 
                 Progress(counting, deadline), lambda: done[0],
             )  # fmt: skip
         window = (began, time.time())
-        worker_cores = sorted(set().union(*map(set, runner.call(worker_state)["masks"].values())))
+        worker_cores = sorted(set().union(*runner.call(worker_state)["masks"].values())) if confined else None
     finally:
         builder.close()
-        runner.close()
+        if confined:
+            runner.close()
     wall = time.monotonic() - start
     profile = {str(k): float(v) for k, v in profiler.get().items()}
     return ClientReport(list(cores), list(tuner), len(tasks), done[0] - before, wall, stopped_by,
@@ -225,8 +227,9 @@ def main(spec_path: str) -> None:
     def on_batch(task: int, n: int, best: float | None) -> None:
         protocol.write(json.dumps({"batch": [ids[task], n, best]}) + "\n")
 
+    cores = tuple(spec["cores"])
     report = tune_shard(
-        tasks, slot, slot.shared_database(), tuple(spec["cores"]), tuple(spec["tuner_cores"]), spec["trials"],
+        tasks, slot, slot.shared_database(), hardware.llvm_target(len(cores)), cores, tuple(spec["tuner_cores"]), spec["trials"],
         spec["before"], spec["seed"], spec["deadline"], Timing(**spec["timing"]), on_batch,
         slot.client_cost_model_file(spec["client"]),
     )  # fmt: skip

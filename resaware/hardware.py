@@ -115,11 +115,11 @@ def detect(with_gpu: bool = False) -> Hardware:
     )
 
 
-def llvm_target(cores: int):
-    """The LLVM target for `cores` threads on the host CPU."""
+def llvm_target(cores: int, mcpu: str | None = None):
+    """The LLVM target for `cores` threads on the host CPU (or on the CPU LLVM calls `mcpu`)."""
     from tvm.target import Target
 
-    return Target({"kind": "llvm", "mcpu": host_mcpu(), "num-cores": int(cores)})
+    return Target({"kind": "llvm", "mcpu": mcpu or host_mcpu(), "num-cores": int(cores)})
 
 
 def target_json(target) -> str:

@@ -10,6 +10,7 @@ client processes, each on its own partition (`resaware.clients`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -20,7 +21,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from . import clients, confine, hardware, intrinsics
+from . import clients, confine, hardware, intrinsics, remote
 from .budget import Budget, CpuShare, announce
 from .clients import ClientReport
 from .errors import ResawareError
@@ -143,8 +144,8 @@ class _Tally:
             self.bar.set_postfix_str(f"{self.names[task][:28]} best {shown}", refresh=False)
 
 
-def _verify(slot: Slot, tasks: list[Task], target, share: CpuShare, top: int = 3) -> list[Verification]:
-    """Re-measure the best schedules of the heaviest tasks on the share, with nothing else running."""
+def _verify(slot: Slot, tasks: list[Task], target, runner, top: int = 3) -> list[Verification]:
+    """Re-measure the best schedules of the heaviest tasks with `runner`, with nothing else running."""
     database = slot.database()
     stats = slot.stats(database)
     ranked = sorted(
@@ -152,7 +153,6 @@ def _verify(slot: Slot, tasks: list[Task], target, share: CpuShare, top: int = 3
         key=lambda t: -t.weight * stats[t.workload_hash].best_s,
     )[:top]
     checks = []
-    runner = ConfinedRunner(share.cores)
     try:
         for task in ranked:
             (record,) = database.get_top_k(database.commit_workload(task.mod), 1)
@@ -163,13 +163,14 @@ def _verify(slot: Slot, tasks: list[Task], target, share: CpuShare, top: int = 3
             except Exception:  # noqa: S112 - a record that no longer builds has nothing to verify
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            (future,) = runner.run([RunnerInput(artifact, "llvm", args)])
+            (future,) = runner.run([RunnerInput(artifact, "cpu", args)])
+            measured = _mean(future.result().run_secs)  # before the artifact goes: remote runners upload it late
             remove_artifact(artifact)
-            measured = _mean(future.result().run_secs)
             if measured is not None:
                 checks.append(Verification(task.name, _mean(record.run_secs), measured))
     finally:
-        runner.close()
+        if hasattr(runner, "close"):
+            runner.close()
     return checks
 
 
@@ -189,51 +190,70 @@ def _stopped_by(reports: list[ClientReport]) -> str:
     return "time" if "time" in reasons else max(reasons, key=["trials", "search space"].index)
 
 
-def _tune_budget(model: Model, share: CpuShare, slot: Slot, trials: int, seed: int, time_limit: float | None,
-                 progress: bool, timing: Timing, concurrency: int) -> BudgetResult:  # fmt: skip
+def _tune_budget(model: Model, slot: Slot, target, asked: Budget, cores, concurrency: int, trials: int,
+                 time_limit: float | None, progress: str | None, measure, verifier) -> BudgetResult:  # fmt: skip
+    """Tune one budget's slot: `measure(tasks, before, deadline, on_batch)` runs the clients and returns
+    their reports; `verifier()` gives the runner that re-measures the best schedules alone; `progress`
+    labels the progress bar (None: no bar)."""
     start = time.monotonic()
     intrinsics.register("llvm")
-    target = hardware.llvm_target(share.count)
     tasks = extract(model, target, lower(model, target))
     if not tasks:
         raise ResawareError(f"model {model.name} has no tunable kernels")
     slot.remember_tasks(tasks, model.name)
     stats = slot.stats()
     before = sum(s.trials for t in tasks if (s := stats.get(t.workload_hash)))
-    k = min(concurrency, len(tasks))
     stopped_by, verification, tally, reports = "already tuned", [], None, []
     if before < trials:
-        bar = _progress_bar(progress, share, trials - before, model.name, k)
+        bar = _progress_bar(progress, trials - before)
         best = {i: s.best_s for i, t in enumerate(tasks) if (s := stats.get(t.workload_hash)) and s.best_s is not None}
         tally = _Tally(bar, tasks, best, before, start)
-        deadline = time.time() + time_limit if time_limit else None
-        partitions = [p.cores for p in share.partitions(k)]
         try:
-            if k == 1:
-                tuner = tuple(sorted({*share.cores, *share.spare(1)}))
-                reports = [clients.tune_shard(tasks, slot, slot.database(), share.cores, tuner, trials, before, seed,
-                                              deadline, timing, tally.add)]  # fmt: skip
-            else:
-                reports = clients.run(
-                    tasks, slot, partitions, share.spare(k), trials - before, seed, deadline, timing, tally.add
-                )
+            reports = measure(tasks, before, time.time() + time_limit if time_limit else None, tally.add)
         finally:
             if bar is not None:
                 bar.close()
                 bar.fp.close()
         stopped_by = _stopped_by(reports)
-        verification = _verify(slot, tasks, target, share)
+        verification = _verify(slot, tasks, target, verifier())
     stats = slot.stats()
     return BudgetResult(
-        budget=str(share.asked), realised=share.fraction, cores=list(share.cores), concurrency=k,
+        budget=str(asked), realised=slot.fraction, cores=list(cores), concurrency=min(concurrency, len(tasks)),
         slot=str(slot.path), trials_before=before, trials_total=sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         wall_s=time.monotonic() - start, stopped_by=stopped_by, tasks=_results(tasks, slot), verification=verification,
         history=tally.history if tally else [], clients=reports,
     )  # fmt: skip
 
 
-def _progress_bar(enabled: bool, share: CpuShare, total: int, name: str, k: int):
-    if not enabled:
+def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, timing: Timing):
+    """Measuring on this machine: one client in this process, or `k` client processes."""
+
+    def measure(tasks, before, deadline, on_batch):
+        k_ = min(k, len(tasks))
+        if k_ == 1:
+            tuner = tuple(sorted({*share.cores, *share.spare(1)}))
+            return [clients.tune_shard(tasks, slot, slot.database(), target, share.cores, tuner, trials, before,
+                                       seed, deadline, timing, on_batch)]  # fmt: skip
+        partitions = [p.cores for p in share.partitions(k_)]
+        return clients.run(tasks, slot, partitions, share.spare(k_), trials - before, seed, deadline, timing, on_batch)
+
+    return measure
+
+
+def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, trials: int, seed: int, timing: Timing):
+    """Measuring on every server under `name`: one client here, searching and building on this machine."""
+
+    def measure(tasks, before, deadline, on_batch):
+        here = tuple(confine.usable_cores())
+        runner = remote.runner(tracker, name, servers, timing)
+        return [clients.tune_shard(tasks, slot, slot.database(), target, cores, here, trials, before, seed,
+                                   deadline, timing, on_batch, runner=runner)]  # fmt: skip
+
+    return measure
+
+
+def _progress_bar(label: str | None, total: int):
+    if label is None:
         return None
     from tqdm.auto import tqdm
 
@@ -241,7 +261,7 @@ def _progress_bar(enabled: bool, share: CpuShare, total: int, name: str, k: int)
     stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
     return tqdm(
         total=total,
-        desc=f"{name} @ {share.asked} ({share.count}c{f' x{k}' if k > 1 else ''})",
+        desc=label,
         unit="trial",
         dynamic_ncols=True,
         file=stream,
@@ -265,12 +285,15 @@ def _concurrency(value, share: CpuShare) -> int:
 
 
 def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: float | None = None,
-         progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1) -> TuneReport:  # fmt: skip
+         progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
+         tracker: str | None = None) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
     `model` is a Model, an ONNX path, `zoo:NAME` or a ModelProto; `budgets` are fractions or
     percents; `time_limit` is wall-clock seconds per budget; `concurrency` is how many clients tune a
     budget at once, each measuring on its own partition of the budget's size (`auto`: as many as fit).
+    With `tracker` ("HOST:PORT" of a TVM RPC tracker) candidates are measured on every server that
+    `resaware serve` registered there for the budget, and stored under the servers' hardware.
     Reruns tune only the remainder.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
@@ -280,6 +303,12 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     budgets = [Budget.parse(b) for b in ([budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets)]
     if not budgets:
         raise ResawareError("no budget given: e.g. budgets=['50%', '100%']")
+    if tracker is not None:
+        if concurrency != 1:
+            raise ResawareError("concurrency is for measuring on this machine; with a tracker every server measures")
+        remote.parse_address(tracker)
+        return _tune_through(resolve(model, shapes), budgets, trials, Store.open(store), seed, time_limit, progress,
+                             timing, tracker)  # fmt: skip
     usable = confine.usable_cores()
     shares = {budget: budget.cpu(usable) for budget in budgets}
     ks = {budget: _concurrency(concurrency, share) for budget, share in shares.items()}  # all checked up front
@@ -289,9 +318,32 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     results = []
     for budget, share in shares.items():
         announce(share)
-        slot = store.slot(
-            hw, "llvm", share.key, share.fraction, hardware.target_json(hardware.llvm_target(share.count))
-        )
+        target = hardware.llvm_target(share.count)
+        slot = store.slot(hw, "llvm", share.key, share.fraction, hardware.target_json(target))
         with slot.locked():
-            results.append(_tune_budget(model, share, slot, trials, seed, time_limit, progress, timing, ks[budget]))
+            measure = _here(share, ks[budget], slot, target, trials, seed, timing)
+            verifier = functools.partial(ConfinedRunner, share.cores)
+            label = f"{model.name} @ {budget} ({share.count}c{f' x{ks[budget]}' if ks[budget] > 1 else ''})"
+            results.append(_tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
+                                        label if progress else None, measure, verifier))  # fmt: skip
     return TuneReport(model.name, hw.id, str(store.root), results)
+
+
+def _tune_through(model, budgets, trials, store, seed, time_limit, progress, timing, tracker) -> TuneReport:
+    """Tune each budget on the servers registered for it at `tracker`; records go under their hardware."""
+    results, ids = [], []
+    for budget in budgets:
+        for name, servers in remote.find_servers(tracker, budget).items():
+            info = remote.server_info(tracker, name)
+            hw, cores = info["hardware"], tuple(info["cores"])
+            ids.append(hw.id)
+            share_key = name.rsplit(".", 1)[1]
+            target = hardware.llvm_target(len(cores), hw.mcpu)
+            slot = store.slot(hw, "llvm", share_key, len(cores) / hw.usable_cores, hardware.target_json(target))
+            with slot.locked():
+                measure = _through(tracker, name, servers, slot, target, cores, trials, seed, timing)
+                verifier = functools.partial(remote.runner, tracker, name, 1, timing)
+                label = f"{model.name} @ {budget} on {servers} server{'s' if servers > 1 else ''}"
+                results.append(_tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
+                                            label if progress else None, measure, verifier))  # fmt: skip
+    return TuneReport(model.name, ",".join(dict.fromkeys(ids)), str(store.root), results)
