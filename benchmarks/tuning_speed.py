@@ -8,7 +8,9 @@ process (so none inherits another's warm pools or caches):
   stock expert    `tune_relax` with the host's `mcpu`, a lean build function (no tensor-intrinsic
                   import) and room in the builder's timeout, the same candidate timing and batch size
                   as resaware: the fair baseline;
-  resaware        `resaware.tune` at the same budget.
+  resaware        `resaware.tune` at the same budget;
+  resaware x2     `resaware.tune(..., concurrency=2)`: two clients, each measuring on its own partition
+                  (where the budget leaves room for two), the tasks sharded between them.
 
 Each records MetaSchedule's estimate after every batch (sum of task weight x best measured task
 latency), its wall time split by MetaSchedule's profiler into search / cost model / build / run /
@@ -19,6 +21,7 @@ of the best final module. (Final modules compile from the whole store: resaware'
 model it keeps, which picks schedules for kernels still without records; stock keeps none.)
 
     python benchmarks/tuning_speed.py                  # SqueezeNet at 100%, 256 trials, 15 min cap each
+    python benchmarks/tuning_speed.py --budget 50% --contestants expert,resaware,resaware-k2
     python benchmarks/tuning_speed.py --quick          # CI smoke run
 """
 
@@ -50,11 +53,12 @@ from resaware.budget import Budget
 from resaware.compiled import run_confined
 from resaware.measure import Timing
 from resaware.plots import curves
+from resaware.search import _batch_size, _mean, phases  # the same batch size, mean of a record, and phases
 from resaware.store import Store
 from resaware.tasks import lower
-from resaware.tuning import _batch_size, _mean  # the same batch size and the same mean of a record
 
-CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware"}
+CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware",
+               "resaware-k2": "resaware x2"}  # fmt: skip
 QUALITY = 1.05  # within 5% of the best final module
 
 
@@ -131,9 +135,10 @@ def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float
     return {"stopped_by": "cap" if curve.capped else "trials", "trials": curve.trials, "wall_s": wall}
 
 
-def _resaware(model, budget: str, trials: int, seed: int, cap_s: float, store: str, stream) -> dict:
+def _resaware(model, budget: str, trials: int, seed: int, cap_s: float, store: str, stream, concurrency: int) -> dict:
     start = time.monotonic()
-    report = resaware.tune(model, budget, trials, store=store, seed=seed, time_limit=cap_s, progress=False)
+    report = resaware.tune(model, budget, trials, store=store, seed=seed, time_limit=cap_s, progress=False,
+                           concurrency=concurrency)  # fmt: skip
     (result,) = report.budgets
     # History is timed from the budget's start; shift it by what came before (store, hardware).
     offset = max(0.0, time.monotonic() - start - result.wall_s)
@@ -141,7 +146,13 @@ def _resaware(model, budget: str, trials: int, seed: int, cap_s: float, store: s
         _emit(stream, point=[seconds + offset, done, estimate])
     wall = time.monotonic() - start
     stopped_by = "cap" if result.stopped_by == "time" else result.stopped_by
-    return {"stopped_by": stopped_by, "trials": result.trials_run, "wall_s": wall}
+    # Each client profiles itself (in its own process when there are several): their phases, summed.
+    phases = {k: sum(c.phases[k] for c in result.clients) for k in result.clients[0].phases}
+    where = [{"measure": c.cores, "search_build": c.tuner_cores, "trials": c.trials, "wall_s": c.wall_s,
+              "measure_rate": c.measure_rate} for c in result.clients]  # fmt: skip
+    return {"stopped_by": stopped_by, "trials": result.trials_run, "wall_s": wall, "phases": phases,
+            "clients": where, "measure_rate": result.measure_rate,
+            "verification": [v.ratio for v in result.verification]}  # fmt: skip
 
 
 def _stock_work_dir(store: str, share) -> str:
@@ -154,8 +165,9 @@ def run_child(args) -> None:
     model = resaware.load_onnx(args.model)
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
     with open(args.stream, "a") as stream, ms.Profiler() as profiler:
-        if args.child == "resaware":
-            done = _resaware(model, args.budget, args.trials, args.seed, args.cap, args.store, stream)
+        if args.child.startswith("resaware"):
+            k = 2 if args.child == "resaware-k2" else 1
+            done = _resaware(model, args.budget, args.trials, args.seed, args.cap, args.store, stream, k)
         else:
             done = _stock(model, args.child == "expert", share.count, args.trials, args.seed, args.cap,
                           _stock_work_dir(args.store, share), stream)  # fmt: skip
@@ -163,19 +175,6 @@ def run_child(args) -> None:
 
 
 # ---------------------------------------------------------------- parent: the race
-
-
-def phases(profile: dict[str, float], wall: float) -> dict[str, float]:
-    """MetaSchedule's profiler scopes folded into the phases a user can act on."""
-    scopes = {k: float(v) for k, v in profile.items() if k != "Total"}
-    top = [k for k in scopes if not any(k.startswith(o + "/") for o in scopes if o != k)]  # no double counting
-    predict = sum(v for k, v in scopes.items() if k.endswith("PredictNormalizedScore"))
-    search = sum(scopes[k] for k in top if k.startswith("EvoSearch")) - predict
-    cost = predict + scopes.get("MeasureCallback/UpdateCostModel", 0.0)
-    build = scopes.get("SendToBuilder", 0.0)
-    run = sum(v for k, v in scopes.items() if k in ("SendToRunner", "JoinRunnerFutures"))
-    return {"search": search, "cost_model": cost, "build": build, "run": run,
-            "other": max(0.0, wall - search - cost - build - run)}  # fmt: skip
 
 
 def _settings(args, cap: float) -> dict:
@@ -228,10 +227,14 @@ def race_one(name: str, args, work: Path) -> dict:
     done = next((item["done"] for item in items if "done" in item), None)
     if done is None:
         done = {"stopped_by": "killed at cap", "trials": curve[-1][1] if curve else 0, "wall_s": wall}
+    split = done.get("phases") or (phases(done["profile"], done["wall_s"]) if "profile" in done else None)
+    clients = done.get("clients") or [{"measure": "all", "search_build": "all", "trials": done["trials"]}]
+    rate = done.get("measure_rate") or (done["trials"] / split["run"] if split and split["run"] > 0 else None)
     return {
         "label": CONTESTANTS[name], "stopped_by": done["stopped_by"], "trials": done["trials"],
         "wall_s": done["wall_s"], "trials_per_min": done["trials"] / done["wall_s"] * 60,
-        "phases": phases(done["profile"], done["wall_s"]) if "profile" in done else None, "curve": curve,
+        "phases": split, "clients": clients, "concurrency": len(clients), "measure_rate": rate,
+        "verification": done.get("verification"), "curve": curve,
         "final_estimate_ms": next((p[2] * 1e3 for p in reversed(curve) if p[2] is not None), None),
         "store": str(store),
     }  # fmt: skip
@@ -298,8 +301,9 @@ def table(results: dict[str, dict], args, cores: int, target_ms: float) -> str:
     lines = [
         f"tuning race: {args.model} at {args.budget} ({cores} cores), {args.trials} trials, seed {args.seed}, "
         f"cap {args.cap:.0f} s ({args.defaults_cap:.0f} s for the defaults)",
-        f"{'contestant':<15} {'trials':>6} {'wall s':>7} {'trials/min':>10} {'search':>7} {'cost m.':>7} "
-        f"{'build':>7} {'run':>7} {'other':>7} {'est. ms':>8} {'final ms':>9} {'to quality s':>12}  stopped by",
+        f"{'contestant':<15} {'clients':>7} {'trials':>6} {'wall s':>7} {'trials/min':>10} {'meas./s':>7} "
+        f"{'search':>7} {'cost m.':>7} {'build':>7} {'run':>7} {'other':>7} {'est. ms':>8} {'final ms':>9} "
+        f"{'to quality s':>12}  stopped by",
     ]
     for r in results.values():
         p = r["phases"] or {}
@@ -308,21 +312,38 @@ def table(results: dict[str, dict], args, cores: int, target_ms: float) -> str:
         )
         est = f"{r['final_estimate_ms']:.2f}" if r["final_estimate_ms"] is not None else "-"
         ttq = f"{r['time_to_quality_s']:.0f}" if r["time_to_quality_s"] is not None else "never"
-        lines.append(f"{r['label']:<15} {r['trials']:>6} {r['wall_s']:>7.0f} {r['trials_per_min']:>10.1f} {cells} "
-                     f"{est:>8} {r['final_latency_ms']:>9.2f} {ttq:>12}  {r['stopped_by']}")  # fmt: skip
+        rate = f"{r['measure_rate']:.2f}" if r.get("measure_rate") else "-"
+        lines.append(f"{r['label']:<15} {r.get('concurrency', 1):>7} {r['trials']:>6} {r['wall_s']:>7.0f} "
+                     f"{r['trials_per_min']:>10.1f} {rate:>7} {cells} {est:>8} {r['final_latency_ms']:>9.2f} "
+                     f"{ttq:>12}  {r['stopped_by']}")  # fmt: skip
     lines += [
         f"final ms: the module compiled from the contestant's records, timed at {args.budget} (median of "
         f"{args.rounds} interleaved rounds); est. ms: MetaSchedule's estimate from its own measurements",
         f"to quality: seconds until a module compiled from the records so far ran within 5% of the best "
         f"final module ({target_ms:.2f} ms); modules timed at {args.checkpoints} points of each run",
+        "meas./s: candidates measured per second of measuring, summed over the clients measuring at once; "
+        "phases are seconds summed over clients",
     ]
-    expert, ours = results.get("expert"), results.get("resaware")
+    for r in results.values():
+        if any(isinstance(c["measure"], list) for c in r["clients"]):
+            where = "; ".join(f"measures on {c['measure']}, searches and builds on {c['search_build']}"
+                              for c in r["clients"])  # fmt: skip
+            lines.append(f"where {r['label']} ran: {where}")
+    expert, ours, ours2 = results.get("expert"), results.get("resaware"), results.get("resaware-k2")
     if expert and ours:
         if ours["time_to_quality_s"] and expert["time_to_quality_s"]:
             speedup = expert["time_to_quality_s"] / ours["time_to_quality_s"]
             lines.append(f"time-to-quality, stock expert / resaware: {speedup:.2f}x")
         lines.append(f"trials per minute, resaware / stock expert: {ours['trials_per_min'] / expert['trials_per_min']:.2f}x; "
                      f"final latency, resaware / stock expert: {ours['final_latency_ms'] / expert['final_latency_ms']:.2f}x")  # fmt: skip
+    if ours and ours2:
+        if ours["measure_rate"] and ours2["measure_rate"]:
+            lines.append(f"measuring rate, 2 clients / 1: {ours2['measure_rate'] / ours['measure_rate']:.2f}x")
+        lines.append(f"trials per minute, 2 clients / 1: {ours2['trials_per_min'] / ours['trials_per_min']:.2f}x")
+        if ours["time_to_quality_s"] and ours2["time_to_quality_s"]:
+            lines.append(
+                f"time-to-quality, 1 client / 2: {ours['time_to_quality_s'] / ours2['time_to_quality_s']:.2f}x"
+            )
     return "\n".join(lines)
 
 
@@ -369,13 +390,19 @@ def main() -> None:
     data = {"model": args.model, "budget": args.budget, "cores": cores, "trials": args.trials, "seed": args.seed,
             "cap_s": args.cap, "defaults_cap_s": args.defaults_cap, "target_ms": target_ms, "contestants": results,
             "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
-    write(out, "tuning_speed", data, text, "python " + " ".join(sys.argv))
+    # The figures at 100% keep their name; other budgets get their own files beside them.
+    stem = (
+        "tuning_speed"
+        if Budget.parse(args.budget).fraction == 1.0
+        else f"tuning_speed-{Budget.parse(args.budget).percent:g}pct"
+    )
+    write(out, stem, data, text, "python " + " ".join(sys.argv))
     series = {}
     for r in results.values():
         series[f"{r['label']}: module"] = [(s, ms) for s, _, ms in r["quality"]]
         series[f"{r['label']}: estimate"] = [(s, est * 1e3) for s, _, est in r["curve"] if est is not None]
     title = f"{args.model} at {args.budget}: latency of the tuned module while tuning"
-    curves(series, out / "tuning_speed.png", title, target_ms, dotted=[k for k in series if k.endswith("estimate")])
+    curves(series, out / f"{stem}.png", title, target_ms, dotted=[k for k in series if k.endswith("estimate")])
 
 
 if __name__ == "__main__":

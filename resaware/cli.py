@@ -141,8 +141,8 @@ def _cmd_tune(args):
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
     budgets = Budget.parse_list(args.budgets)
     limit = parse_duration(args.time) if args.time else None
-    model = _load_model(args)
     concurrency = args.concurrency if args.concurrency == "auto" else _whole(args.concurrency, "--concurrency")
+    model = _load_model(args)
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())

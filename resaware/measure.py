@@ -155,7 +155,8 @@ def _spin(seconds: float) -> dict:
     x = tvm.runtime.tensor(np.ones(n, "float32"))
     y = tvm.runtime.tensor(np.zeros(n, "float32"))
     cpus, busy = {}, {}
-    end = time.time() + seconds
+    began = time.time()
+    end = began + seconds
     while time.time() < end:
         lib(x, y)
         for tid in confine.thread_ids():
@@ -172,6 +173,7 @@ def _spin(seconds: float) -> dict:
             busy[tid] = ticks
     state = worker_state()
     state["ran_on"] = {tid: sorted(c) for tid, c in cpus.items()}
+    state["window"] = (began, time.time())
     return state
 
 

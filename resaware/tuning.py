@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 import math
 import os
+import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import tvm
@@ -43,15 +45,23 @@ class TaskResult:
 
 @dataclass
 class Verification:
-    """A best schedule re-measured alone after tuning, against what tuning recorded."""
+    """A best schedule re-measured after tuning: alone, and (when clients measured at once) while every
+    partition measures, interleaved so that both see the machine in the same state."""
 
     task: str
-    recorded_s: float
-    remeasured_s: float
+    recorded_s: float  # what tuning recorded
+    remeasured_s: float  # alone, on the budget's cores
+    together_s: float | None = None  # on the same cores while the other partitions measure too
 
     @property
     def ratio(self) -> float:
+        """Alone now / recorded then: drift since tuning, of the machine or from how it was measured."""
         return self.remeasured_s / self.recorded_s
+
+    @property
+    def concurrency_ratio(self) -> float | None:
+        """Together / alone at the same moment: what measuring beside other partitions does to a time."""
+        return self.together_s / self.remeasured_s if self.together_s is not None else None
 
 
 @dataclass
@@ -107,14 +117,16 @@ class TuneReport:
 
     def table(self) -> str:
         lines = [f"model {self.model} on {self.hardware}, store {self.store}",
-                 f"{'budget':>7} {'cores':>6} {'clients':>7} {'trials':>13} {'tuned tasks':>11} {'est. latency':>13} {'wall':>8} {'re-measured':>12}  stopped by"]  # fmt: skip
+                 f"{'budget':>7} {'cores':>6} {'clients':>7} {'trials':>13} {'tuned tasks':>11} {'est. latency':>13} {'wall':>8} {'re-measured':>25}  stopped by"]  # fmt: skip
         for b in self.budgets:
             tuned = sum(1 for t in b.tasks if t.best_s is not None)
             est = f"{b.estimated_s * 1e3:.2f} ms" if b.estimated_s is not None else "n/a"
             drift = f"{max(v.ratio for v in b.verification):.2f}x max" if b.verification else "-"
+            beside = [v.concurrency_ratio for v in b.verification if v.concurrency_ratio is not None]
+            drift += f", {statistics.median(beside):.2f}x together" if beside else ""
             lines.append(
                 f"{b.budget:>7} {len(b.cores):>6} {b.concurrency:>7} {f'{b.trials_run}+{b.trials_before}={b.trials_total}':>13} "
-                f"{f'{tuned}/{len(b.tasks)}':>11} {est:>13} {b.wall_s:>7.0f}s {drift:>12}  {b.stopped_by}"
+                f"{f'{tuned}/{len(b.tasks)}':>11} {est:>13} {b.wall_s:>7.0f}s {drift:>25}  {b.stopped_by}"
             )
         return "\n".join(lines)
 
@@ -144,15 +156,19 @@ class _Tally:
             self.bar.set_postfix_str(f"{self.names[task][:28]} best {shown}", refresh=False)
 
 
-def _verify(slot: Slot, tasks: list[Task], target, runner, top: int = 3) -> list[Verification]:
-    """Re-measure the best schedules of the heaviest tasks with `runner`, with nothing else running."""
+def _verify(slot: Slot, tasks: list[Task], target, runners: list, top: int = 3, rounds: int = 3) -> list[Verification]:
+    """Re-measure the best schedules of the heaviest tasks with nothing else of resaware running: on
+    `runners[0]` alone, and, given more runners, on all at once; rounds interleave the two.
+
+    A drift from what tuning recorded shows measurements disturbed while tuning (by concurrent
+    clients, or by the machine); the together/alone ratio tells the two apart."""
     database = slot.database()
     stats = slot.stats(database)
     ranked = sorted(
         (t for t in tasks if (s := stats.get(t.workload_hash)) and s.best_s is not None),
         key=lambda t: -t.weight * stats[t.workload_hash].best_s,
     )[:top]
-    checks = []
+    built = []
     try:
         for task in ranked:
             (record,) = database.get_top_k(database.commit_workload(task.mod), 1)
@@ -163,15 +179,33 @@ def _verify(slot: Slot, tasks: list[Task], target, runner, top: int = 3) -> list
             except Exception:  # noqa: S112 - a record that no longer builds has nothing to verify
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            (future,) = runner.run([RunnerInput(artifact, "cpu", args)])
-            measured = _mean(future.result().run_secs)  # before the artifact goes: remote runners upload it late
-            remove_artifact(artifact)
-            if measured is not None:
-                checks.append(Verification(task.name, _mean(record.run_secs), measured))
+            built.append((task.name, _mean(record.run_secs), RunnerInput(artifact, "cpu", args)))
+        inputs = [item for _, _, item in built]
+        alone, together = [], []
+        for _ in range(rounds):
+            alone.append(_times(runners[0], inputs))
+            if len(runners) > 1:
+                with ThreadPoolExecutor(len(runners)) as pool:
+                    together.append(list(pool.map(lambda r: _times(r, inputs), runners))[0])
+        checks = []
+        for i, (name, recorded, _) in enumerate(built):
+            mine = [r[i] for r in alone]
+            both = [r[i] for r in together]
+            if None not in mine and None not in both:
+                checks.append(Verification(name, recorded, statistics.median(mine),
+                                           statistics.median(both) if both else None))  # fmt: skip
+        return checks
     finally:
-        if hasattr(runner, "close"):
-            runner.close()
-    return checks
+        for _, _, item in built:
+            remove_artifact(item.artifact_path)
+        for runner in runners:
+            if hasattr(runner, "close"):
+                runner.close()
+
+
+def _times(runner, inputs) -> list[float | None]:
+    futures = runner.run(inputs)
+    return [_mean(f.result().run_secs) for f in futures]
 
 
 def _results(tasks: list[Task], slot: Slot) -> list[TaskResult]:
@@ -193,7 +227,7 @@ def _stopped_by(reports: list[ClientReport]) -> str:
 def _tune_budget(model: Model, slot: Slot, target, asked: Budget, cores, concurrency: int, trials: int,
                  time_limit: float | None, progress: str | None, measure, verifier) -> BudgetResult:  # fmt: skip
     """Tune one budget's slot: `measure(tasks, before, deadline, on_batch)` runs the clients and returns
-    their reports; `verifier()` gives the runner that re-measures the best schedules alone; `progress`
+    their reports; `verifier(clients)` gives the runners that re-measure the best schedules; `progress`
     labels the progress bar (None: no bar)."""
     start = time.monotonic()
     intrinsics.register("llvm")
@@ -215,7 +249,7 @@ def _tune_budget(model: Model, slot: Slot, target, asked: Budget, cores, concurr
                 bar.close()
                 bar.fp.close()
         stopped_by = _stopped_by(reports)
-        verification = _verify(slot, tasks, target, verifier())
+        verification = _verify(slot, tasks, target, verifier(len(reports)))
     stats = slot.stats()
     return BudgetResult(
         budget=str(asked), realised=slot.fraction, cores=list(cores), concurrency=min(concurrency, len(tasks)),
@@ -223,6 +257,10 @@ def _tune_budget(model: Model, slot: Slot, target, asked: Budget, cores, concurr
         wall_s=time.monotonic() - start, stopped_by=stopped_by, tasks=_results(tasks, slot), verification=verification,
         history=tally.history if tally else [], clients=reports,
     )  # fmt: skip
+
+
+def _partition_runners(share: CpuShare, k: int) -> list[ConfinedRunner]:
+    return [ConfinedRunner(p.cores) for p in share.partitions(k)]
 
 
 def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, timing: Timing):
@@ -322,7 +360,7 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
         slot = store.slot(hw, "llvm", share.key, share.fraction, hardware.target_json(target))
         with slot.locked():
             measure = _here(share, ks[budget], slot, target, trials, seed, timing)
-            verifier = functools.partial(ConfinedRunner, share.cores)
+            verifier = functools.partial(_partition_runners, share)
             label = f"{model.name} @ {budget} ({share.count}c{f' x{ks[budget]}' if ks[budget] > 1 else ''})"
             results.append(_tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
                                         label if progress else None, measure, verifier))  # fmt: skip
@@ -342,7 +380,7 @@ def _tune_through(model, budgets, trials, store, seed, time_limit, progress, tim
             slot = store.slot(hw, "llvm", share_key, len(cores) / hw.usable_cores, hardware.target_json(target))
             with slot.locked():
                 measure = _through(tracker, name, servers, slot, target, cores, trials, seed, timing)
-                verifier = functools.partial(remote.runner, tracker, name, 1, timing)
+                verifier = lambda _, name=name: [remote.runner(tracker, name, 1, timing)]  # noqa: E731
                 label = f"{model.name} @ {budget} on {servers} server{'s' if servers > 1 else ''}"
                 results.append(_tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
                                             label if progress else None, measure, verifier))  # fmt: skip

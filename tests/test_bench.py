@@ -130,18 +130,39 @@ def test_builder_overhead_script_quick(tmp_path):
     assert "ratio of batch wall time" in (tmp_path / "builder_overhead.md").read_text()
 
 
+@two_cores
 def test_tuning_speed_script_quick(tmp_path):
-    done = _script("tuning_speed.py", "--out", tmp_path)
+    done = _script(
+        "tuning_speed.py", "--out", tmp_path, "--budget", "50%", "--contestants", "expert,resaware,resaware-k2"
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    data = json.loads((tmp_path / "tuning_speed.json").read_text())
-    assert set(data["contestants"]) == {"expert", "resaware"}
+    data = json.loads((tmp_path / "tuning_speed-50pct.json").read_text())
+    assert set(data["contestants"]) == {"expert", "resaware", "resaware-k2"}
     for contestant in data["contestants"].values():
         assert contestant["stopped_by"] in {"trials", "cap"} and contestant["trials"] > 0
         assert contestant["final_latency_ms"] > 0 and contestant["max_rel_error"] < 1e-4
         seconds, trials, _ = zip(*contestant["curve"])
         assert list(seconds) == sorted(seconds) and list(trials) == sorted(trials)
-        # The profiler's phases fit in the contestant's wall time; every measured trial was built and run.
+        # The profiler's phases fit in the clients' time; every measured trial was built and run.
         phases = contestant["phases"]
-        assert sum(v for k, v in phases.items() if k != "other") <= contestant["wall_s"] * 1.01
-        assert phases["build"] > 0 and phases["run"] > 0 and phases["search"] > 0
-    assert (tmp_path / "tuning_speed.png").exists() and "stock expert" in (tmp_path / "tuning_speed.md").read_text()
+        assert (
+            sum(v for k, v in phases.items() if k != "other") <= contestant["wall_s"] * contestant["concurrency"] * 1.01
+        )
+        assert phases["build"] > 0 and phases["run"] > 0 and phases["search"] > 0 and contestant["measure_rate"] > 0
+    two = data["contestants"]["resaware-k2"]
+    assert two["concurrency"] == 2 and sorted(c["measure"] for c in two["clients"]) == [[0], [1]]
+    table = (tmp_path / "tuning_speed-50pct.md").read_text()
+    assert "measuring rate, 2 clients / 1" in table and "where resaware x2 ran" in table
+    assert (tmp_path / "tuning_speed-50pct.png").exists() and "stock expert" in table
+
+
+@two_cores
+def test_concurrent_measurement_script_quick(tmp_path):
+    done = _script("concurrent_measurement.py", "--out", tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "concurrent_measurement.json").read_text())
+    assert data["partitions"] == [[1], [0]] and data["candidates"] >= 2
+    rows = data["arrangements"]
+    assert set(rows) == {"alone", "k workers", "beside builds"}
+    assert all(row["throughput"] > 0 and 0.3 < row["median_ratio"] < 3 for row in rows.values())
+    assert "good picks" in (tmp_path / "concurrent_measurement.md").read_text()

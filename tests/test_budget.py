@@ -99,3 +99,20 @@ def test_process_restricted_to_one_core_maps_every_budget_to_it():
         ["taskset", "-c", str(core), sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["1", "True", "cpu-1of1"]
+
+
+def test_partitions_are_disjoint_and_leave_the_rest_spare():
+    share = Budget(0.3).cpu(range(16))  # 5 cores: three partitions, one core over
+    parts = share.partitions(3)
+    assert share.max_concurrency == 3 and parts[0] == share
+    assert [p.cores for p in parts] == [(11, 12, 13, 14, 15), (6, 7, 8, 9, 10), (1, 2, 3, 4, 5)]
+    assert share.spare(3) == (0,) and share.spare(1) == tuple(range(11))
+    assert Budget(0.5).cpu([0, 1], partition=1).cores == (0,)
+    with pytest.raises(BudgetError, match="concurrency 1..3"):
+        share.partitions(4)
+    with pytest.raises(BudgetError, match="partitions 0..1"):
+        Budget(0.5).cpu([0, 1], partition=2)
+
+
+def test_mps_clients_is_floor_of_one_over_the_fraction():
+    assert [Budget(f).mps_clients for f in (1.0, 0.5, 0.3, 0.25, 1 / 3, 0.7)] == [1, 2, 3, 4, 3, 1]

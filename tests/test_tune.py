@@ -19,8 +19,11 @@ def test_two_budgets_two_slots_with_exact_trials(small_store):
     store, report = small_store
     assert [b.budget for b in report.budgets] == ["50%", "100%"]
     half, full = report.budgets
-    assert half.cores == [1] and half.tuner_cores == [0]  # the tuner works beside the measuring core
-    assert full.cores == [0, 1] and full.tuner_cores == [0, 1]  # no core left: measuring is serialised
+    # One client each, measuring on the budget's cores (as seen from inside its worker); search and
+    # builds use every core, since MetaSchedule waits for the runner.
+    assert half.cores == [1] and half.concurrency == 1 and half.clients[0].worker_cores == [1]
+    assert full.cores == [0, 1] and full.clients[0].worker_cores == [0, 1]
+    assert half.clients[0].tuner_cores == full.clients[0].tuner_cores == [0, 1]
     for result in report.budgets:
         assert result.trials_before == 0 and result.trials_total == 8 and result.stopped_by == "trials"
         assert any(t.best_s is not None and 0 < t.best_s < 1 for t in result.tasks)
