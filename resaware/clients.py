@@ -64,19 +64,27 @@ class ClientReport:
         return self.trials / run if run > 0 else None
 
 
-def shard(tasks: list[Task], k: int, trials: int) -> list[tuple[list[int], int]]:
-    """Deal task indices to `k` clients: (indices, trials) each, trials summing to `trials`."""
+def shard(tasks: list[Task], k: int, trials: int, existing: list[int] | None = None) -> list[tuple[list[int], int]]:
+    """Deal task indices to `k` clients: (indices, trials) each, trials summing to `trials`.
+
+    Each task needs what the serial scheduler would give it of the store's final count (one batch,
+    then in proportion to weight x FLOPs) minus the records it `existing`ly has; largest need first.
+    """
     k = max(1, min(k, len(tasks)))
-    batch = _batch_size(trials, len(tasks))
+    existing = existing or [0] * len(tasks)
+    total = sum(existing) + trials
+    batch = _batch_size(total, len(tasks))
     shares = [max(t.weight * t.flops, 1.0) for t in tasks]
-    extra = max(0, trials - batch * len(tasks))
-    planned = [batch + extra * s / sum(shares) for s in shares]
+    extra = max(0, total - batch * len(tasks))
+    need = [max(0.0, batch + extra * s / sum(shares) - n) for s, n in zip(shares, existing)]
+    if sum(need) <= 0:
+        need = shares
     dealt: list[list[int]] = [[] for _ in range(k)]
     load = [0.0] * k
-    for i in sorted(range(len(tasks)), key=lambda i: (-planned[i], i)):
+    for i in sorted(range(len(tasks)), key=lambda i: (-need[i], i)):
         j = min(range(k), key=lambda j: (load[j], j))
         dealt[j].append(i)
-        load[j] += planned[i]
+        load[j] += need[i]
     exact = [trials * x / sum(load) for x in load]
     allotted = [int(x) for x in exact]
     for j in sorted(range(k), key=lambda j: allotted[j] - exact[j])[: trials - sum(allotted)]:
@@ -93,6 +101,10 @@ def _read_lines(index: int, stream, inbox: queue.Queue) -> None:
     inbox.put((index, None))
 
 
+# MetaSchedule's XGBModel ranks candidates at random until it holds this many samples.
+WARMUP_SAMPLES = 100
+
+
 def run(
     tasks: list[Task],
     slot: Slot,
@@ -106,10 +118,47 @@ def run(
 ) -> list[ClientReport]:
     """Tune `tasks` until the store holds `trials` more records of them, one client per partition.
 
+    While the budget's cost model is still warming up, the clients tune only until their samples
+    together complete it; then they restart from the merged model. Otherwise each client would guide
+    its search by a model of its own shard, which alone stays random k times longer than a serial run's.
     `on_batch(task index, candidates, best seconds)` sees every client's batches as they land.
     """
+    have = slot.load_cost_model(1).data_size
+    rounds = [min(trials, WARMUP_SAMPLES - have), trials] if have < WARMUP_SAMPLES else [trials]
+    reports: list[ClientReport] = []
+    for i, count in enumerate(rounds):
+        count = min(count, trials - sum(r.trials for r in reports))
+        if count <= 0:
+            continue
+        got = _run_once(tasks, slot, partitions, spare, count, seed + 7 * i, deadline, timing, on_batch)
+        reports = [_merged(a, b) for a, b in zip(reports, got)] if reports else got
+        if any(r.stopped_by == "time" for r in got):
+            break
+    return reports
+
+
+def _merged(a: ClientReport, b: ClientReport) -> ClientReport:
+    """One partition's client over two rounds."""
+    return ClientReport(
+        b.cores, b.tuner_cores, max(a.tasks, b.tasks), a.trials + b.trials, a.wall_s + b.wall_s, b.stopped_by,
+        {k: a.phases[k] + b.phases[k] for k in a.phases}, (a.window[0], b.window[1]), b.worker_cores,
+    )  # fmt: skip
+
+
+def _run_once(
+    tasks: list[Task],
+    slot: Slot,
+    partitions: list[tuple[int, ...]],
+    spare: tuple[int, ...],
+    trials: int,
+    seed: int,
+    deadline: float | None,
+    timing: Timing,
+    on_batch: Callable[[int, int, float | None], None],
+) -> list[ClientReport]:
+    """One round of `run`: spawn the clients, relay their batches, merge their cost models."""
     stats = slot.stats()
-    plan = shard(tasks, len(partitions), trials)
+    plan = shard(tasks, len(partitions), trials, [s.trials if (s := stats.get(t.workload_hash)) else 0 for t in tasks])
     slot.commit_workloads([t.mod for t in tasks])  # before any client appends (see SharedAppends)
     with tempfile.TemporaryDirectory(prefix="resaware-clients-") as tmp:
         tasks_file = Path(tmp) / "tasks.json"

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -79,17 +80,18 @@ class Progress(PyMeasureCallback):
 
 @derived_object
 class WeightedScheduler(PyTaskScheduler):
-    """Gives every task one batch (heaviest first), then batches in proportion to weight x FLOPs.
+    """Gives every task one batch (heaviest first), then batches in proportion to weight x FLOPs,
+    counting the batches the store already holds (`prior`), so a resumed run continues the split.
 
     Finished batches are joined before the next task is picked, so each one reaches the store and
     the progress bar at once. TVM's gradient scheduler holds every result until all tasks have had a
     batch (369 candidates for ResNet-50 at --trials 400), where a crash or a time limit loses them.
     """
 
-    def __init__(self, shares: list[float]):
+    def __init__(self, shares: list[float], prior: list[float] | None = None):
         super().__init__()
         self.shares = shares
-        self.sent = [0] * len(shares)
+        self.sent = list(prior or [0.0] * len(shares))
 
     def next_task_id(self) -> int:
         scheduler = self._outer()
@@ -131,10 +133,11 @@ def search_rounds(
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
+        prior = [n / batch for n in trials_per_task(database, tasks)]
         try:
             with quiet.native_stderr(), quiet.xgboost_warnings():
                 ms.tune_tasks(
-                    task_scheduler=WeightedScheduler(shares),
+                    task_scheduler=WeightedScheduler(shares, prior),
                     tasks=_contexts(tasks, target, threads, seed + done, batch),
                     task_weights=[float(t.weight) for t in tasks],
                     work_dir=work_dir,
@@ -159,6 +162,15 @@ def search_rounds(
             return "search space"  # MetaSchedule found nothing new to measure
         done = now
     return "trials"
+
+
+def trials_per_task(database, tasks: list[Task]) -> list[int]:
+    """Records the database holds for each task."""
+    counts: dict[int, int] = {}
+    for record in database.get_all_tuning_records():
+        key = int(tvm_ffi.structural_hash(record.workload.mod))
+        counts[key] = counts.get(key, 0) + 1
+    return [counts.get(t.workload_hash, 0) for t in tasks]
 
 
 def phases(profile: dict[str, float], wall: float) -> dict[str, float]:
