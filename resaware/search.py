@@ -11,14 +11,13 @@ import logging
 import time
 from collections.abc import Callable
 
-import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from . import quiet
-from .store import FAILED
+from .store import FAILED, workload_stats
 from .tasks import Task
 
 
@@ -133,7 +132,8 @@ def search_rounds(
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
-        prior = [n / batch for n in trials_per_task(database, tasks)]
+        stats = workload_stats(database)
+        prior = [s.trials / batch if (s := stats.get(t.workload_hash)) else 0.0 for t in tasks]
         try:
             with quiet.native_stderr(), quiet.xgboost_warnings():
                 ms.tune_tasks(
@@ -162,15 +162,6 @@ def search_rounds(
             return "search space"  # MetaSchedule found nothing new to measure
         done = now
     return "trials"
-
-
-def trials_per_task(database, tasks: list[Task]) -> list[int]:
-    """Records the database holds for each task."""
-    counts: dict[int, int] = {}
-    for record in database.get_all_tuning_records():
-        key = int(tvm_ffi.structural_hash(record.workload.mod))
-        counts[key] = counts.get(key, 0) + 1
-    return [counts.get(t.workload_hash, 0) for t in tasks]
 
 
 def phases(profile: dict[str, float], wall: float) -> dict[str, float]:

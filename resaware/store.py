@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import JSONDatabase, PyDatabase
 
@@ -66,6 +67,20 @@ def read_json(path: Path, default=None):
 class WorkloadStats:
     trials: int
     best_s: float | None  # mean seconds of the best valid record
+
+
+def workload_stats(database) -> dict[int, WorkloadStats]:
+    """Trials and best latency per workload of a MetaSchedule database (keyed by structural hash)."""
+    trials: dict[int, int] = {}
+    best: dict[int, float] = {}
+    for record in database.get_all_tuning_records():
+        key = int(tvm_ffi.structural_hash(record.workload.mod))
+        trials[key] = trials.get(key, 0) + 1
+        secs = [float(s) for s in (record.run_secs or [])]
+        if secs and max(secs) < FAILED:
+            mean = sum(secs) / len(secs)
+            best[key] = min(best.get(key, mean), mean)
+    return {k: WorkloadStats(n, best.get(k)) for k, n in trials.items()}
 
 
 class Slot:
@@ -117,21 +132,9 @@ class Slot:
 
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""
-        import tvm_ffi
-
         if not self.record_file.exists():
             return {}
-        database = database or self.database()
-        trials: dict[int, int] = {}
-        best: dict[int, float] = {}
-        for record in database.get_all_tuning_records():
-            key = int(tvm_ffi.structural_hash(record.workload.mod))
-            trials[key] = trials.get(key, 0) + 1
-            secs = [float(s) for s in (record.run_secs or [])]
-            if secs and max(secs) < FAILED:
-                mean = sum(secs) / len(secs)
-                best[key] = min(best.get(key, mean), mean)
-        return {k: WorkloadStats(n, best.get(k)) for k, n in trials.items()}
+        return workload_stats(database or self.database())
 
     def task_names(self) -> dict[str, dict]:
         return read_json(self.path / "tasks.json", {})
