@@ -159,7 +159,6 @@ def _run_once(
     """One round of `run`: spawn the clients, relay their batches, merge their cost models."""
     stats = slot.stats()
     plan = shard(tasks, len(partitions), trials, [s.trials if (s := stats.get(t.workload_hash)) else 0 for t in tasks])
-    slot.commit_workloads([t.mod for t in tasks])  # before any client appends (see SharedAppends)
     with tempfile.TemporaryDirectory(prefix="resaware-clients-") as tmp:
         tasks_file = Path(tmp) / "tasks.json"
         tasks_file.write_text(
@@ -206,6 +205,16 @@ def _run_once(
                 elif "done" in item:
                     reports[i] = ClientReport(**{**item["done"], "window": tuple(item["done"]["window"])})
             failed = [i for i, proc in enumerate(procs) if proc.wait() != 0 or i not in reports]
+        except KeyboardInterrupt:  # pass Ctrl-C on: each client stops after its batch and saves
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGINT)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    pass
+            raise
         finally:
             for proc in procs:
                 if proc.poll() is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -42,6 +43,9 @@ class Timing:
 
 
 def _enter(cores: tuple[int, ...]) -> None:
+    # Ctrl-C reaches the whole process group; the tuner finishes its batch and stops its workers
+    # itself, so a worker must not die of it and turn the candidates in flight into false failures.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     confine.enter(cores)
 
 

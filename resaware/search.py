@@ -8,8 +8,12 @@ differ only in which tasks, cores, database and cost-model file they give it.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -65,16 +69,38 @@ class Progress(PyMeasureCallback):
         super().__init__()
         self.on_batch, self.deadline = on_batch, deadline
         self.timed_out = False
+        self.stop_asked = False  # Ctrl-C: stop after the batch in flight
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         means = [_mean(r.run_secs) for r in runner_results if r.error_msg is None]
         valid = [m for m in means if m is not None]
         self.on_batch(int(task_id), len(runner_results), min(valid) if valid else None)
+        # Runs after MetaSchedule's own callbacks, so this batch is already in the database and the
+        # cost model; raising is the one way to end the task scheduler's loop early.
+        if self.stop_asked:
+            raise InterruptedError("stopped by Ctrl-C")
         if self.deadline is not None and time.time() >= self.deadline:
-            # Runs after MetaSchedule's own callbacks, so this batch is already in the database and
-            # the cost model; raising is the one way to end the task scheduler's loop early.
             self.timed_out = True
             raise TimeoutError("tuning time limit reached")
+
+    @contextmanager
+    def ctrl_c_after_batch(self) -> Iterator[None]:
+        """While tuning, a first Ctrl-C stops after the batch in flight (a KeyboardInterrupt raised
+        inside TVM's native loop would surface as a RuntimeError and lose the batch); a second stops now."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def ask(signum, frame):
+            self.stop_asked = True
+            print("\nresaware: stopping after the batch in flight (Ctrl-C again to stop now)", file=sys.stderr)
+            signal.signal(signal.SIGINT, previous)
+
+        previous = signal.signal(signal.SIGINT, ask)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 @derived_object
@@ -135,7 +161,7 @@ def search_rounds(
         stats = workload_stats(database)
         prior = [s.trials / batch if (s := stats.get(t.workload_hash)) else 0.0 for t in tasks]
         try:
-            with quiet.native_stderr(), quiet.xgboost_warnings():
+            with progress.ctrl_c_after_batch(), quiet.native_stderr(), quiet.xgboost_warnings():
                 ms.tune_tasks(
                     task_scheduler=WeightedScheduler(shares, prior),
                     tasks=_contexts(tasks, target, threads, seed + done, batch),
@@ -151,10 +177,15 @@ def search_rounds(
                     cost_model=cost_model,
                     measure_callbacks=[*ms.MeasureCallback.create("default"), progress],
                 )
-        except Exception:
-            if not progress.timed_out:
+        except KeyboardInterrupt:
+            save_cost_model(cost_model)  # what this run learnt survives Ctrl-C, like its records
+            raise
+        except Exception:  # what a callback raised comes back through TVM as a RuntimeError
+            if not (progress.timed_out or progress.stop_asked):
                 raise
         save_cost_model(cost_model)
+        if progress.stop_asked:
+            raise KeyboardInterrupt
         now = counted()
         if progress.timed_out:
             return "time"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import tvm_ffi
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.database import JSONDatabase, PyDatabase
+from tvm.s_tir.meta_schedule.database import JSONDatabase, PyDatabase, TuningRecord, Workload
 
 from . import quiet
 from .errors import ResawareError
@@ -46,11 +46,19 @@ def write_json(path: Path, data) -> None:
     """Write a whole file atomically: readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    _readable(fd)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _readable(fd: int) -> None:
+    """Give a temporary file the mode a plain `open` would (mkstemp makes it private to its owner)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
 
 
 def read_json(path: Path, default=None):
@@ -81,6 +89,61 @@ def workload_stats(database) -> dict[int, WorkloadStats]:
             mean = sum(secs) / len(secs)
             best[key] = min(best.get(key, mean), mean)
     return {k: WorkloadStats(n, best.get(k)) for k, n in trials.items()}
+
+
+def _lines(path: Path) -> list[tuple[int, bytes, bool]]:
+    """A file's non-blank lines: (line number, line, whether it ended with a newline; a killed writer's may not)."""
+    data = path.read_bytes() if path.exists() else b""
+    parts = data.split(b"\n")
+    return [(i + 1, line, i < len(parts) - 1) for i, line in enumerate(parts) if line.strip()]
+
+
+def _workload(line: bytes):
+    """(the workload, None) for a loadable workload line, else (None, what is wrong with it)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None, "not JSON"
+    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+        return None, "not a workload ([hash, module])"
+    try:
+        return Workload.from_json(entry), None
+    except Exception:
+        return None, "its module does not load"
+
+
+def _record(line: bytes, renumber: dict[int, int], workloads: list, deep: bool):
+    """(the line with its workload renumbered, None) for a loadable record line, else (None, what is
+    wrong with it). `deep` also has TVM parse the trace (slower; for lines that look right)."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None, "not JSON"
+    if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and isinstance(entry[1], list)):
+        return None, "not a tuning record ([workload, record])"
+    if entry[0] not in renumber:
+        return None, f"its workload {entry[0]} is not in the workload file"
+    if deep:
+        try:
+            TuningRecord.from_json(entry[1], workloads[renumber[entry[0]]])
+        except Exception:
+            return None, "TVM cannot read it"
+    if renumber[entry[0]] != entry[0]:
+        entry[0] = renumber[entry[0]]
+        return json.dumps(entry, separators=(",", ":")).encode(), None
+    return line, None
+
+
+def _rewrite(path: Path, lines: list[bytes]) -> None:
+    """Replace a database file atomically. Safe under the records lock: TVM opens the file anew for
+    every append, so no writer holds the old one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    _readable(fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"".join(line + b"\n" for line in lines))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class Slot:
@@ -116,19 +179,82 @@ class Slot:
             path, Hardware.from_json(read_json(path.parent.parent / "hardware.json")), info["kind"], info["key"], info
         )
 
+    @property
+    def records_lock_file(self) -> Path:
+        return self.path / ".records.lock"
+
+    @contextmanager
+    def records_locked(self) -> Iterator[None]:
+        """Hold the lock every append to this budget's database takes (see `SharedAppends`)."""
+        with open(self.records_lock_file, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def database(self):
-        """The MetaSchedule JSON database of this budget (created empty if missing)."""
-        return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+        """The MetaSchedule JSON database of this budget (created empty if missing), for reading.
+        Lines that cannot load are set aside first (`repair`)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with self.records_locked():
+            self._repair()
+            try:
+                return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+            except Exception:  # a line TVM refuses although it looks right: check every line with TVM itself
+                self._repair(deep=True)
+                return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+
+    def repair(self) -> int:
+        """Set aside the lines of this budget's database that cannot load (cut short by a killed
+        process, or damaged by hand) into `<file>.corrupt`, warning with file and line; return how many."""
+        with self.records_locked():
+            return self._repair()
+
+    def _repair(self, deep: bool = False) -> int:
+        bad: list[tuple[Path, int, bytes, str]] = []  # file, line number, line, what is wrong
+        kept_workloads, workloads, renumber = [], [], {}
+        for index, (number, line, ended) in enumerate(_lines(self.workload_file)):
+            workload, why = _workload(line)
+            if why is None:
+                renumber[index] = len(kept_workloads)
+                kept_workloads.append(line)
+                workloads.append(workload)
+            else:
+                bad.append((self.workload_file, number, line, why if ended else f"{why}, cut short"))
+        kept_records = []
+        for number, line, ended in _lines(self.record_file):
+            fixed, why = _record(line, renumber, workloads, deep)
+            if why is None:
+                kept_records.append(fixed)
+            else:
+                bad.append((self.record_file, number, line, why if ended else f"{why}, cut short"))
+        for path, _, line, _ in bad:  # set aside, never deleted
+            with open(f"{path}.corrupt", "ab") as f:
+                f.write(line + b"\n")
+        # Also rewritten: a last line without its newline (the next append would run on into it) and
+        # blank lines (TVM's reader crashes on them).
+        for path, kept in ((self.workload_file, kept_workloads), (self.record_file, kept_records)):
+            if path.exists() and path.read_bytes() != b"".join(line + b"\n" for line in kept):
+                _rewrite(path, kept)
+        for path, number, _, why in bad[:5]:
+            print(f"resaware: warning: skipped line {number} of {path} ({why}); kept in {path.name}.corrupt",
+                  file=sys.stderr)  # fmt: skip
+        if len(bad) > 5:
+            print(f"resaware: warning: and {len(bad) - 5} more such lines, kept beside them", file=sys.stderr)
+        return len(bad)
 
     def commit_workloads(self, mods) -> None:
-        """Write these workloads into the database now, before several processes share it."""
+        """Write these workloads into the database now, before any tuner appends records (see `SharedAppends`)."""
         database = self.database()
-        for mod in mods:
-            database.commit_workload(mod)
+        with self.records_locked():
+            for mod in mods:
+                database.commit_workload(mod)
 
     def shared_database(self):
-        """This budget's database for one of several processes tuning it at once (see `SharedAppends`)."""
-        return SharedAppends(str(self.workload_file), str(self.record_file), str(self.path / ".records.lock"))
+        """This budget's database for a tuner appending to it, maybe beside others (see `SharedAppends`)."""
+        self.repair()
+        return SharedAppends(str(self.workload_file), str(self.record_file), str(self.records_lock_file))
 
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""
@@ -171,6 +297,37 @@ class Slot:
         with quiet.xgboost_warnings():
             model.save(str(tmp))
         os.replace(tmp, path)
+
+    def rebuild_cost_model(self, threads: int = 1) -> None:
+        """Retrain this budget's cost model on every record it holds (after a merge added some): the
+        cost model's data is its records' features, so the model and the records never disagree."""
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.cost_model import XGBModel
+
+        from . import intrinsics
+
+        intrinsics.register(self.kind)  # else the first TuneContext imports every backend's intrinsics
+        by_workload: dict[int, list] = {}
+        for record in self.database().get_all_tuning_records():
+            by_workload.setdefault(int(tvm_ffi.structural_hash(record.workload.mod)), []).append(record)
+        model = XGBModel(num_tuning_cores=threads, adaptive_training=True)
+        for records in by_workload.values():
+            mod = records[0].workload.mod
+            context = ms.TuneContext(mod=mod, target=records[0].target, num_threads=threads)
+            candidates, results = [], []
+            for record in records:
+                sch = tvm.s_tir.Schedule(mod)
+                try:
+                    record.trace.apply_to_schedule(sch, remove_postproc=False)
+                except Exception:  # noqa: S112 - a trace that no longer replays teaches nothing
+                    continue
+                candidates.append(ms.MeasureCandidate(sch, record.args_info))
+                results.append(ms.runner.RunnerResult([float(s) for s in record.run_secs or [FAILED]], None))
+            if candidates:
+                with quiet.xgboost_warnings():
+                    model.update(context, candidates, results)
+        self.save_cost_model(model)
 
     def client_cost_model_file(self, client: int) -> Path:
         return self.path / f".cost_model.client{client}.tar"
@@ -215,12 +372,13 @@ class Slot:
 
 @derived_object
 class SharedAppends(PyDatabase):
-    """A budget's JSON database that several processes append records to at once.
+    """A budget's JSON database as every tuner appends to it, alone or beside other processes.
 
-    TVM appends a record in more than one write (the line, then its newline), so each append takes a
-    file lock. A workload's id is its line number in the workload file, so workloads must all be
-    committed beforehand (`Slot.commit_workloads`): two processes appending one each would give both
-    the same id.
+    TVM appends a record in more than one write (the line, then its newline), so each append takes the
+    records lock, and a process killed mid-append leaves at most one cut line, which the next open sets
+    aside (`Slot.repair`). A workload's id is its line number in the workload file, so workloads must
+    all be committed beforehand (`Slot.commit_workloads`): two processes appending one each would give
+    both the same id.
     """
 
     def __init__(self, workload_file: str, record_file: str, lock_path: str):
@@ -318,6 +476,32 @@ class Store:
                 if kind is None or info["kind"] == kind:
                     found.append(Slot(budget_file.parent, hw, info["kind"], info["key"], info))
         return sorted(found, key=lambda s: (s.hardware.id, s.kind, s.fraction))
+
+    def slots_for(self, hardware: Hardware, kind: str, allow_mismatch: bool = False) -> list[Slot]:
+        """The slots to compile for `hardware` from: its own; if it has none, those of the stored
+        hardware closest to it, only when `allow_mismatch` (warned), else refused with the field table.
+        An empty store gives none (the caller warns)."""
+        own = self.slots(hardware, kind)
+        others = [h for h in self.hardware() if h.id != hardware.id and self.slots(h, kind)]
+        if own or not others:
+            return own
+        closest = min(others, key=lambda h: (len(hardware.differences(h)), h.id))
+        differs = ", ".join(hardware.differences(closest)) or "nothing but the id"
+        if not allow_mismatch:
+            also = (
+                f" (and {len(others) - 1} more: {', '.join(h.id for h in others if h is not closest)})"
+                if len(others) > 1
+                else ""
+            )
+            raise ResawareError(
+                f"store {self.root} has {kind} records only for other hardware, and records measured on other "
+                f"hardware can mislead the schedules; the closest, {closest.id}{also}, differs in {differs}:\n"
+                f"{hardware.mismatch_table(closest)}\n"
+                f"tune on this machine, or pass --allow-mismatch (API: allow_mismatch=True) to use them anyway"
+            )
+        print(f"resaware: warning: using records of other hardware {closest.id} (differs in {differs}); "
+              f"latencies may not carry over", file=sys.stderr)  # fmt: skip
+        return self.slots(closest, kind)
 
     def show(self, verbose: bool = False) -> str:
         """A readable listing: hardware, then each budget with its tasks, trials and best latencies."""

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
@@ -29,6 +29,7 @@ from .clients import ClientReport
 from .errors import ResawareError
 from .measure import ConfinedRunner, Timing, build_one, remove_artifact
 from .model import Model, resolve
+from .plan import Plan
 from .search import _mean
 from .store import Slot, Store
 from .tasks import Task, extract, lower
@@ -224,17 +225,23 @@ def _stopped_by(reports: list[ClientReport]) -> str:
     return "time" if "time" in reasons else max(reasons, key=["trials", "search space"].index)
 
 
-def _tune_budget(model: Model, slot: Slot, target, asked: Budget, cores, concurrency: int, trials: int,
+def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, concurrency: int, trials: int,
                  time_limit: float | None, progress: str | None, measure, verifier) -> BudgetResult:  # fmt: skip
     """Tune one budget's slot: `measure(tasks, before, deadline, on_batch)` runs the clients and returns
     their reports; `verifier(clients)` gives the runners that re-measure the best schedules; `progress`
     labels the progress bar (None: no bar)."""
     start = time.monotonic()
     intrinsics.register("llvm")
-    tasks = extract(model, target, lower(model, target))
+    if isinstance(model, Plan):
+        tasks = model.tasks
+        for name in model.models:
+            slot.remember_tasks([replace(t, weight=w[name]) for t, w in zip(tasks, model.weights) if name in w], name)
+    else:
+        tasks = extract(model, target, lower(model, target))
+        slot.remember_tasks(tasks, model.name)
     if not tasks:
         raise ResawareError(f"model {model.name} has no tunable kernels")
-    slot.remember_tasks(tasks, model.name)
+    slot.commit_workloads([t.mod for t in tasks])  # before any tuner appends (see SharedAppends)
     stats = slot.stats()
     before = sum(s.trials for t in tasks if (s := stats.get(t.workload_hash)))
     stopped_by, verification, tally, reports = "already tuned", [], None, []
@@ -270,7 +277,7 @@ def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, t
         k_ = min(k, len(tasks))
         if k_ == 1:
             tuner = tuple(sorted({*share.cores, *share.spare(1)}))
-            return [clients.tune_shard(tasks, slot, slot.database(), target, share.cores, tuner, trials, before,
+            return [clients.tune_shard(tasks, slot, slot.shared_database(), target, share.cores, tuner, trials, before,
                                        seed, deadline, timing, on_batch)]  # fmt: skip
         partitions = [p.cores for p in share.partitions(k_)]
         return clients.run(tasks, slot, partitions, share.spare(k_), trials - before, seed, deadline, timing, on_batch)
@@ -284,7 +291,7 @@ def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, t
     def measure(tasks, before, deadline, on_batch):
         here = tuple(confine.usable_cores())
         runner = remote.runner(tracker, name, servers, timing)
-        return [clients.tune_shard(tasks, slot, slot.database(), target, cores, here, trials, before, seed,
+        return [clients.tune_shard(tasks, slot, slot.shared_database(), target, cores, here, trials, before, seed,
                                    deadline, timing, on_batch, runner=runner)]  # fmt: skip
 
     return measure
@@ -327,8 +334,8 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
          tracker: str | None = None) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
-    `model` is a Model, an ONNX path, `zoo:NAME` or a ModelProto; `budgets` are fractions or
-    percents; `time_limit` is wall-clock seconds per budget; `concurrency` is how many clients tune a
+    `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
+    unless `budgets` says otherwise); `budgets` are fractions or percents; `time_limit` is wall-clock seconds per budget; `concurrency` is how many clients tune a
     budget at once, each measuring on its own partition of the budget's size (`auto`: as many as fit).
     With `tracker` ("HOST:PORT" of a TVM RPC tracker) candidates are measured on every server that
     `resaware serve` registered there for the budget, and stored under the servers' hardware.
@@ -338,6 +345,8 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
         raise ResawareError(f"time limit must be a positive number of seconds, got {time_limit!r}")
+    if isinstance(model, Plan) and budgets is None:
+        budgets = model.budgets
     budgets = [Budget.parse(b) for b in ([budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets)]
     if not budgets:
         raise ResawareError("no budget given: e.g. budgets=['50%', '100%']")
@@ -345,12 +354,12 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
         if concurrency != 1:
             raise ResawareError("concurrency is for measuring on this machine; with a tracker every server measures")
         remote.parse_address(tracker)
-        return _tune_through(resolve(model, shapes), budgets, trials, Store.open(store), seed, time_limit, progress,
+        return _tune_through(model if isinstance(model, Plan) else resolve(model, shapes), budgets, trials, Store.open(store), seed, time_limit, progress,
                              timing, tracker)  # fmt: skip
     usable = confine.usable_cores()
     shares = {budget: budget.cpu(usable) for budget in budgets}
     ks = {budget: _concurrency(concurrency, share) for budget, share in shares.items()}  # all checked up front
-    model = resolve(model, shapes)
+    model = model if isinstance(model, Plan) else resolve(model, shapes)
     store = Store.open(store)
     hw = hardware.detect()
     results = []
