@@ -54,9 +54,21 @@ def _parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--budget", default="100%", help="budget whose target the tasks are extracted for")
 
-    p = sub.add_parser("tune", help="tune a model at one or more budgets")
-    _model_args(p)
-    p.add_argument("--budgets", required=True, help="comma-separated budgets, e.g. 50%%,100%%")
+    p = sub.add_parser("record", help="write the tasks some models need (a plan) without measuring")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="an .onnx file or zoo:NAME, one or more")
+    p.add_argument(
+        "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
+    )
+    p.add_argument("--budgets", required=True, help="comma-separated budgets to tune the plan at, e.g. 50%%,100%%")
+    p.add_argument("-o", "--output", required=True, help="path of the plan (.json)")
+
+    p = sub.add_parser("tune", help="tune a model (or a plan) at one or more budgets")
+    p.add_argument("model", nargs="?", help="an .onnx file or zoo:NAME (see `resaware zoo`); or give --plan")
+    p.add_argument(
+        "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
+    )
+    p.add_argument("--plan", help="tune the tasks of a plan written by `resaware record` instead of a model")
+    p.add_argument("--budgets", help="comma-separated budgets, e.g. 50%%,100%% (default with --plan: the plan's)")
     p.add_argument("--trials", required=True, type=int, help="measured candidates per budget, counted in the store")
     _store_arg(p)
     p.add_argument("--time", help="wall-clock limit per budget (e.g. 30m); stops at trials or time, whichever first")
@@ -82,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     _store_arg(p)
     p.add_argument("-o", "--output", required=True, help="path of the compiled module (.so)")
     p.add_argument("--seed", type=int, default=0, help="seed of the default schedules for untuned kernels")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="use records of other hardware when the store has none for this machine (warned)")  # fmt: skip
 
     p = sub.add_parser("run", help="run a compiled module and time it under a budget")
     p.add_argument("module", help="a module written by `resaware compile`")
@@ -103,11 +117,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("store", help="inspect a store")
+    p = sub.add_parser("store", help="inspect, merge, export and import stores")
     store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
     show = store_sub.add_parser("show", help="hardware, budgets, tasks, trials and best latencies")
     _store_arg(show)
     show.add_argument("-v", "--verbose", action="store_true", help="one line per task")
+    merge = store_sub.add_parser("merge", help="add the records of other stores (duplicates skipped)")
+    merge.add_argument("sources", nargs="+", metavar="SRC", help="store directories to merge from")
+    merge.add_argument("--into", required=True, metavar="DST", help="the store to merge into (created if missing)")
+    export = store_sub.add_parser("export", help="write a store as one archive file (.tar.gz)")
+    _store_arg(export)
+    export.add_argument("-o", "--output", required=True, help="path of the archive")
+    imp = store_sub.add_parser("import", help="merge an archive written by `store export` into a store")
+    imp.add_argument("archive", help="the archive file")
+    _store_arg(imp)
     return parser
 
 
@@ -134,15 +157,31 @@ def _cmd_tasks(args):
     print(table(extract(model, hardware.llvm_target(share.count))))
 
 
+def _cmd_record(args):
+    from .model import parse_shapes
+    from .plan import record
+
+    plan = record(args.models, Budget.parse_list(args.budgets), parse_shapes(args.shape))
+    plan.save(args.output)
+    shared = sum(1 for w in plan.weights if len(w) > 1)
+    print(f"wrote {args.output}: {len(plan.tasks)} tasks of {', '.join(plan.models)} ({shared} shared), "
+          f"to tune at {', '.join(plan.budgets)}")  # fmt: skip
+
+
 def _cmd_tune(args):
+    from .plan import Plan
     from .tuning import tune
 
     if args.trials < 0:
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
-    budgets = Budget.parse_list(args.budgets)
+    if (args.model is None) == (args.plan is None):
+        raise ResawareError("give a model or --plan PLAN (one of them)")
+    if args.plan is None and args.budgets is None:
+        raise ResawareError("--budgets is required with a model (e.g. --budgets 50%,100%)")
+    budgets = Budget.parse_list(args.budgets) if args.budgets else None
     limit = parse_duration(args.time) if args.time else None
     concurrency = args.concurrency if args.concurrency == "auto" else _whole(args.concurrency, "--concurrency")
-    model = _load_model(args)
+    model = Plan.load(args.plan) if args.plan else _load_model(args)
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
@@ -170,11 +209,12 @@ def _cmd_compile(args):
 
     budget = Budget.parse(args.budget)
     model = _load_model(args)
-    compiled = compile(model, budget, store=args.store, target=args.target, seed=args.seed)
+    compiled = compile(model, budget, store=args.store, target=args.target, seed=args.seed,
+                       allow_mismatch=args.allow_mismatch)  # fmt: skip
     path = compiled.export(args.output)
     info = compiled.info
     print(f"wrote {path} ({info['model']} for {info['budget']}, tuned at {info['tuned_at'] or 'nothing'}: "
-          f"{info['tuned_tasks']}/{info['tasks']} kernels from records)")  # fmt: skip
+          f"{info['tuned_tasks']}/{info['tasks']} kernels from {info['records']} records)")  # fmt: skip
 
 
 def _read_inputs(path, compiled):
@@ -193,12 +233,16 @@ def _read_inputs(path, compiled):
 def _cmd_run(args):
     import numpy as np
 
-    from .compiled import load
+    from . import confine, hardware
+    from .compiled import load, provenance_warnings
 
     if args.repeat < 1:
         raise ResawareError(f"--repeat must be at least 1, got {args.repeat}")
     budget = Budget.parse(args.budget) if args.budget else None
     compiled = load(args.module)
+    share = Budget.parse(budget or compiled.budget or 1.0).cpu(confine.usable_cores())
+    for warning in provenance_warnings(compiled.info, share.fraction, hardware.detect().id):
+        print(f"resaware: warning: {warning}", file=sys.stderr)
     inputs = _read_inputs(args.inputs, compiled) if args.inputs else compiled.random_inputs(0)
     outputs = compiled(*inputs)
     names = compiled.info.get("outputs") or [f"output_{i}" for i in range(len(outputs))]
@@ -239,14 +283,28 @@ def _cmd_bench(args):
 
 
 def _cmd_store(args):
+    from . import exchange
     from .store import Store
 
-    print(Store.open(args.store).show(verbose=args.verbose))
+    if args.store_command == "show":
+        print(Store.open(args.store).show(verbose=args.verbose))
+    elif args.store_command == "export":
+        path = exchange.export(args.store, args.output)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB) from store {Store.open(args.store).root}")
+    else:
+        into = args.into if args.store_command == "merge" else args.store
+        merged = (
+            exchange.merge(args.sources, into)
+            if args.store_command == "merge"
+            else exchange.import_(args.archive, into)
+        )
+        print(f"merged into store {Store.open(into).root}:")
+        print("\n".join(m.line() for m in merged) or "  nothing to merge")
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "tune": _cmd_tune, "compile": _cmd_compile,
+    handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "record": _cmd_record, "tune": _cmd_tune, "compile": _cmd_compile,
                "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve}[args.command]  # fmt: skip
     try:
         handler(args)

@@ -155,6 +155,26 @@ class CompiledModel:
         return f"CompiledModel({self.info.get('model')!r}, budget={self.budget}, tuned_at={self.info.get('tuned_at')})"
 
 
+# A module run with this many times more (or fewer) cores than it was tuned with is far from its budget.
+FAR = 1.5
+
+
+def provenance_warnings(info: dict, fraction: float, hardware_id: str) -> list[str]:
+    """What to know before trusting a module's speed when run at `fraction` of the machine `hardware_id`."""
+    said = []
+    tuned = info.get("tuned_fraction")
+    if not info:
+        return ["its provenance is unknown (no sidecar file)"]
+    if tuned is None:
+        said.append("it was compiled from no tuning records (default schedules only)")
+    elif max(tuned, fraction) / min(tuned, fraction) >= FAR:
+        said.append(f"it was tuned at {tuned:.0%} and runs at {fraction:.0%}: schedules tuned for one share "
+                    f"can be slow at another; compile it for this budget (`resaware compile --budget {fraction:.0%}`)")  # fmt: skip
+    if info.get("tuned_on") and info["tuned_on"] != hardware_id:
+        said.append(f"it was tuned on other hardware ({info['tuned_on']}; this machine is {hardware_id})")
+    return said
+
+
 def _flatten(result) -> list[np.ndarray]:
     import tvm
 

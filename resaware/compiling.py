@@ -64,8 +64,10 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
     return candidates[0].sch.trace
 
 
-def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None) -> CompiledModel:  # noqa: A001
-    """Compile `model` for `budget` with the store's records; never tunes or measures."""
+def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None,  # noqa: A001
+            allow_mismatch: bool = False) -> CompiledModel:  # fmt: skip
+    """Compile `model` for `budget` with the store's records; never tunes or measures. Records of
+    other hardware are refused unless `allow_mismatch` (see `Store.slots_for`)."""
     if target != "llvm":
         raise ResawareError(
             f"target {target!r} is not supported yet: use --target llvm (CUDA budgets come with the CUDA work)"
@@ -79,12 +81,9 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
     tvm_target = hardware.llvm_target(share.count)
     hw = hardware.detect()
     store = Store.open(store)
-    slots = store.slots(hw, "llvm")
-    slot = nearest(slots, share.fraction)
+    slot = nearest(store.slots_for(hw, "llvm", allow_mismatch), share.fraction)
     if slot is None:
-        others = [h.id for h in store.hardware() if h.id != hw.id]
-        why = f" (it has records for other hardware: {', '.join(others)})" if others else ""
-        _say(f"warning: store {store.root} has no records for this hardware{why}; every kernel gets a default schedule")
+        _say(f"warning: store {store.root} has no records for this hardware; every kernel gets a default schedule")
     elif slot.key == share.key:
         _say(f"compiling for {share.describe()} with records tuned at exactly that share ({slot.key})")
     else:
@@ -126,6 +125,9 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         "cores": share.count,
         "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
         "tuned_slot": slot.key if slot is not None else None,
+        "tuned_fraction": slot.fraction if slot is not None else None,
+        "tuned_on": slot.hardware.id if slot is not None else None,
+        "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         "hardware": hw.id,
         "tvm_version": hw.tvm_version,
         "target": hardware.target_json(tvm_target),

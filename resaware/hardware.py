@@ -51,6 +51,30 @@ class Hardware:
         fields["isa"] = tuple(fields.get("isa", ()))
         return cls(**fields)
 
+    # What must match for records to carry over, in the order a mismatch table shows them. Each changes
+    # the code LLVM emits or how fast it runs: the CPU itself, what LLVM targets, the ISA extensions, the
+    # architecture, the TVM version (its schedule rules and trace format), and any GPU. The usable core
+    # count is not here: a budget's share key (`cpu-1of2`) already says how many cores it had.
+    MATCHED = ("cpu_model", "mcpu", "isa", "machine", "tvm_version", "gpu_name", "gpu_sms", "gpu_arch")
+
+    def differences(self, other: Hardware) -> list[str]:
+        """The matched fields in which `other` differs from this hardware."""
+        return [name for name in self.MATCHED if getattr(self, name) != getattr(other, name)]
+
+    def mismatch_table(self, other: Hardware) -> str:
+        """Every field, this machine's value against `other`'s, the differing ones marked."""
+        rows = [("field", "this machine", "in the store", "")]
+        for name in (*self.MATCHED, "usable_cores"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            show = lambda v: ",".join(v) if isinstance(v, tuple) else str(v)  # noqa: E731
+            differs = "differs" if name in self.MATCHED and mine != theirs else ""
+            rows.append((name, show(mine), show(theirs), differs))
+        widths = [min(48, max(len(r[i]) for r in rows)) for i in range(3)]
+        return "\n".join(
+            ("  " + "  ".join(r[i][:48].ljust(widths[i]) for i in range(3)) + ("  <- " + r[3] if r[3] else "")).rstrip()
+            for r in rows
+        )
+
     def describe(self) -> str:
         gpu = f", GPU {self.gpu_name} ({self.gpu_sms} SMs)" if self.gpu_name else ""
         return f"{self.cpu_model} ({self.mcpu}, {self.usable_cores} usable cores{gpu}), TVM {self.tvm_version}"

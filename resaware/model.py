@@ -51,7 +51,8 @@ class Model:
         return [spec.random(rng) for spec in self.inputs]
 
 
-def _read(path_or_proto) -> tuple[onnx.ModelProto, str, str | None]:
+def read_onnx(path_or_proto) -> tuple[onnx.ModelProto, str, str | None]:
+    """(the ModelProto, a default name, the source path or None) for a path, `zoo:NAME` or ModelProto."""
     if isinstance(path_or_proto, onnx.ModelProto):
         return path_or_proto, path_or_proto.graph.name or "model", None
     path = os.fspath(path_or_proto)
@@ -59,7 +60,7 @@ def _read(path_or_proto) -> tuple[onnx.ModelProto, str, str | None]:
         from . import zoo
 
         name, path = path[4:], zoo.path(path[4:])
-        proto, _, _ = _read(path)
+        proto, _, _ = read_onnx(path)
         return proto, name, path
     if not os.path.isfile(path):
         raise ResawareError(
@@ -154,7 +155,7 @@ def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, n
     """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes."""
     from tvm.relax.frontend.onnx import from_onnx
 
-    proto, default_name, source = _read(path_or_proto)
+    proto, default_name, source = read_onnx(path_or_proto)
     shapes = {k: tuple(v) for k, v in (shapes or {}).items()}
     specs = _input_specs(proto, shapes)
     unsupported = _unsupported_ops(proto)
