@@ -69,9 +69,9 @@ class Hardware:
             show = lambda v: ",".join(v) if isinstance(v, tuple) else str(v)  # noqa: E731
             differs = "differs" if name in self.MATCHED and mine != theirs else ""
             rows.append((name, show(mine), show(theirs), differs))
-        widths = [min(48, max(len(r[i]) for r in rows)) for i in range(3)]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
         return "\n".join(
-            ("  " + "  ".join(r[i][:48].ljust(widths[i]) for i in range(3)) + ("  <- " + r[3] if r[3] else "")).rstrip()
+            ("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + ("  <- " + r[3] if r[3] else "")).rstrip()
             for r in rows
         )
 

@@ -198,12 +198,15 @@ class Slot:
         Lines that cannot load are set aside first (`repair`)."""
         self.path.mkdir(parents=True, exist_ok=True)
         with self.records_locked():
-            self._repair()
-            try:
-                return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
-            except Exception:  # a line TVM refuses although it looks right: check every line with TVM itself
-                self._repair(deep=True)
-                return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+            return self._open()
+
+    def _open(self):  # under the records lock
+        self._repair()
+        try:
+            return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
+        except Exception:  # a line TVM refuses although it looks right: check every line with TVM itself
+            self._repair(deep=True)
+            return JSONDatabase(str(self.workload_file), str(self.record_file), module_equality="structural")
 
     def repair(self) -> int:
         """Set aside the lines of this budget's database that cannot load (cut short by a killed
@@ -246,8 +249,9 @@ class Slot:
 
     def commit_workloads(self, mods) -> None:
         """Write these workloads into the database now, before any tuner appends records (see `SharedAppends`)."""
-        database = self.database()
+        self.path.mkdir(parents=True, exist_ok=True)
         with self.records_locked():
+            database = self._open()
             for mod in mods:
                 database.commit_workload(mod)
 

@@ -157,7 +157,7 @@ class _Tally:
             self.bar.set_postfix_str(f"{self.names[task][:28]} best {shown}", refresh=False)
 
 
-def _verify(slot: Slot, tasks: list[Task], target, runners: list, top: int = 3, rounds: int = 3) -> list[Verification]:
+def _verify(slot: Slot, tasks: list[Task], target, runners: list, top: int = 3, rounds: int = 5) -> list[Verification]:
     """Re-measure the best schedules of the heaviest tasks with nothing else of resaware running: on
     `runners[0]` alone, and, given more runners, on all at once; rounds interleave the two.
 

@@ -121,6 +121,15 @@ def test_encoder_matches_onnxruntime(tmp_path):
     assert abs(other - want).max() > 0.1  # the output depends on the input
 
 
+def test_fault_injection_script_quick(tmp_path, small_path):
+    done = _script("fault_injection.py", "--out", tmp_path, "--model", small_path, "--shape", "x=2x3x16x16")
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "fault_injection.json").read_text())
+    assert data["ok"] and data["lost"] == 0 and len(data["kills"]) == 1 and len(data["interrupts"]) == 1
+    assert data["corruption"]["loaded"] == data["corruption"]["good"]
+    assert data["writers"]["loaded"] == data["writers"]["expected"]
+
+
 def test_builder_overhead_script_quick(tmp_path):
     done = _script("builder_overhead.py", "--out", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
