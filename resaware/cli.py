@@ -31,11 +31,15 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _model_args(p):
-    p.add_argument("model", help="an .onnx file or zoo:NAME (see `resaware zoo`)")
+def _shape_arg(p):
     p.add_argument(
         "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
     )
+
+
+def _model_args(p):
+    p.add_argument("model", help="an .onnx file or zoo:NAME (see `resaware zoo`)")
+    _shape_arg(p)
 
 
 def _store_arg(p):
@@ -56,17 +60,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("record", help="write the tasks some models need (a plan) without measuring")
     p.add_argument("models", nargs="+", metavar="MODEL", help="an .onnx file or zoo:NAME, one or more")
-    p.add_argument(
-        "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
-    )
+    _shape_arg(p)
     p.add_argument("--budgets", required=True, help="comma-separated budgets to tune the plan at, e.g. 50%%,100%%")
     p.add_argument("-o", "--output", required=True, help="path of the plan (.json)")
 
     p = sub.add_parser("tune", help="tune a model (or a plan) at one or more budgets")
     p.add_argument("model", nargs="?", help="an .onnx file or zoo:NAME (see `resaware zoo`); or give --plan")
-    p.add_argument(
-        "--shape", action="append", metavar="NAME=DxD", help="full shape of an input, repeatable (e.g. ids=2x64)"
-    )
+    _shape_arg(p)
     p.add_argument("--plan", help="tune the tasks of a plan written by `resaware record` instead of a model")
     p.add_argument("--budgets", help="comma-separated budgets, e.g. 50%%,100%% (default with --plan: the plan's)")
     p.add_argument("--trials", required=True, type=int, help="measured candidates per budget, counted in the store")

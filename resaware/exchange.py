@@ -62,7 +62,8 @@ def merge_slot(source: Slot, into: Store) -> Merged:
         target.commit_workloads(
             [Workload.from_json(json.loads(line)).mod for line in source.workload_file.read_text().splitlines()]
         )
-        _, theirs = _identities(source)
+        with source.records_locked():  # whole lines, even if a tuner appends to the source meanwhile
+            _, theirs = _identities(source)
         with target.records_locked():
             hashes, ours = _identities(target)
             index = {h: i for i, h in hashes.items()}
@@ -118,6 +119,7 @@ def export(store: Store | str | os.PathLike, path: str | os.PathLike) -> Path:
     if not slots:
         raise ResawareError(f"store {store.root} has no budgets to export: tune a model first")
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     with tarfile.open(tmp, "w:gz") as tar:
         for hw in store.hardware():

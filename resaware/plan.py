@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import tvm
 
@@ -51,8 +52,6 @@ class Plan:
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        from pathlib import Path
-
         write_json(Path(path), self.to_json())
 
     @classmethod

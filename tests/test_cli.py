@@ -64,6 +64,14 @@ def test_tune_compile_run_show(tmp_path):
         (["compile", "zoo:squeezenet", "--budget", "0", "-o", "x.so"], ["outside"]),
         (["run", "/no/such.so"], ["does not exist"]),
         (["tune", "zoo:squeezenet", "--budgets", "50%"], ["--trials"]),
+        (["tune", "--trials", "4"], ["a model or --plan"]),
+        (["tune", "--plan", "/no/plan.json", "--trials", "4"], ["does not exist", "resaware record"]),
+        (
+            ["record", "zoo:squeezenet", "--budgets", "50%", "--shape", "y=1x2", "-o", "p.json"],
+            ["y", "none of the models"],
+        ),
+        (["store", "merge", "/no/store", "--into", "/tmp/resaware-never"], ["does not exist"]),
+        (["store", "import", "/no/archive.tar.gz"], ["does not exist", "store export"]),
     ],
 )
 def test_bad_input_one_line_exit_2(args, phrases):
