@@ -1,9 +1,10 @@
 """Moving tuning results between stores: merge, export to one archive file, import.
 
 Records stay under the hardware and budget they were measured at, so stores of different machines
-merge side by side and never mix. Within a budget the result is the union of the records; a record
-already there (same workload, same trace, same timings: a store merged twice, or an export imported
-back) is skipped, so nothing is counted twice and nothing is dropped.
+merge side by side and never mix. Within a budget the result is the union of the records, identical
+traces removed: a candidate (workload and trace) already there is skipped and counted, whatever its
+timings, so a store merged twice or an export imported back adds nothing and, as within one tuning
+run, each candidate is measured once in the cost model's training data.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class Merged:
         return f"  {self.slot:<60} {self.records:>7} records: {self.added:>6} added, {self.duplicates:>6} already there"
 
 
-def _identities(slot: Slot) -> tuple[dict[int, str], list[tuple[str, str]]]:
-    """Workload index -> workload hash, and (workload hash, record body) per record line."""
+def _identities(slot: Slot) -> tuple[dict[int, str], list[tuple[tuple[str, str], str]]]:
+    """Workload index -> workload hash, and per record line ((workload hash, trace), record body).
+    A candidate is its workload and trace: MetaSchedule measures each once per store."""
     hashes = {}
     if slot.workload_file.exists():
         for i, line in enumerate(line for line in slot.workload_file.read_text().splitlines() if line.strip()):
@@ -49,7 +51,8 @@ def _identities(slot: Slot) -> tuple[dict[int, str], list[tuple[str, str]]]:
         for line in slot.record_file.read_text().splitlines():
             if line.strip():
                 index, body = json.loads(line)
-                records.append((hashes[index], json.dumps(body, separators=(",", ":"), sort_keys=True)))
+                trace = json.dumps(body[0], separators=(",", ":"), sort_keys=True)
+                records.append(((hashes[index], trace), json.dumps(body, separators=(",", ":"))))
     return hashes, records
 
 
@@ -67,12 +70,12 @@ def merge_slot(source: Slot, into: Store) -> Merged:
         with target.records_locked():
             hashes, ours = _identities(target)
             index = {h: i for i, h in hashes.items()}
-            seen = set(ours)
+            seen = {candidate for candidate, _ in ours}
             new = []
-            for identity in theirs:
-                if identity not in seen:
-                    seen.add(identity)
-                    new.append(f"[{index[identity[0]]},{identity[1]}]\n")
+            for candidate, body in theirs:
+                if candidate not in seen:
+                    seen.add(candidate)
+                    new.append(f"[{index[candidate[0]]},{body}]\n")
             with open(target.record_file, "a") as f:
                 f.write("".join(new))
                 f.flush()

@@ -345,7 +345,9 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
         raise ResawareError(f"time limit must be a positive number of seconds, got {time_limit!r}")
-    if isinstance(model, Plan) and budgets is None:
+    if budgets is None:
+        if not isinstance(model, Plan):
+            raise ResawareError("no budget given: e.g. budgets=['50%', '100%'] (only a Plan brings its own)")
         budgets = model.budgets
     budgets = [Budget.parse(b) for b in ([budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets)]
     if not budgets:
