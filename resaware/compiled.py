@@ -161,10 +161,10 @@ FAR = 1.5
 
 def provenance_warnings(info: dict, fraction: float, hardware_id: str) -> list[str]:
     """What to know before trusting a module's speed when run at `fraction` of the machine `hardware_id`."""
-    said = []
-    tuned = info.get("tuned_fraction")
     if not info:
         return ["its provenance is unknown (no sidecar file)"]
+    said = []
+    tuned = info.get("tuned_fraction")
     if tuned is None:
         said.append("it was compiled from no tuning records (default schedules only)")
     elif max(tuned, fraction) / min(tuned, fraction) >= FAR:

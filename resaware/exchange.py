@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -58,7 +57,7 @@ def _identities(slot: Slot) -> tuple[dict[int, str], list[tuple[tuple[str, str],
 
 def merge_slot(source: Slot, into: Store) -> Merged:
     """Append the records of `source` that `into` lacks to its slot for the same hardware and budget."""
-    source.database()  # sets aside lines that cannot load, so only loadable records travel
+    source.repair()  # sets aside lines that cannot load, so only loadable records travel
     target = into.slot(source.hardware, source.kind, source.key, source.fraction, json.dumps(source.info["target"]))
     name = f"{source.hardware.id}/{source.kind}/{source.key}"
     with target.locked():
@@ -128,7 +127,7 @@ def export(store: Store | str | os.PathLike, path: str | os.PathLike) -> Path:
         for hw in store.hardware():
             tar.add(store.root / hw.id / "hardware.json", f"{ARCHIVE_ROOT}/{hw.id}/hardware.json")
         for slot in slots:
-            slot.database()  # sets aside lines that cannot load
+            slot.repair()  # sets aside lines that cannot load
             with slot.records_locked():  # a consistent copy even while a tuner appends
                 for file in sorted(slot.path.iterdir()):
                     if file.is_file() and not file.name.startswith("."):
@@ -154,6 +153,4 @@ def import_(path: str | os.PathLike, into: Store | str | os.PathLike) -> list[Me
         root = Path(tmp) / ARCHIVE_ROOT
         if not root.is_dir() or not any(read_json(p) for p in root.glob("*/hardware.json")):
             raise ResawareError(f"{path} is not a store archive (no {ARCHIVE_ROOT}/*/hardware.json inside)")
-        merged = merge([root], into)
-        shutil.rmtree(root, ignore_errors=True)
-    return merged
+        return merge([root], into)

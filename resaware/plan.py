@@ -100,8 +100,7 @@ def record(models, budgets, shapes=None) -> Plan:
             raise ResawareError(f"model {model.name} is given twice: give each model once")
         names.append(model.name)
         for task in extract(model, target, lower(model, target)):
-            first, weights = merged.setdefault(task.workload_hash, (task, {}))
-            weights[model.name] = task.weight
+            merged.setdefault(task.workload_hash, (task, {}))[1][model.name] = task.weight
     if set(shapes) - used:
         raise ResawareError(f"--shape names {', '.join(sorted(set(shapes) - used))}, an input of none of the models")
     tasks = []
