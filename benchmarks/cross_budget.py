@@ -2,7 +2,8 @@
 
 For each model: tune (or reuse the store) at every budget, compile one module per tune-at budget and
 time each at every run-at budget in a confined child, beside the untuned module and ONNX Runtime
-(`resaware.bench.cross_budget`). Writes one JSON, table and heatmap per model, and a summary.
+(`resaware.bench.cross_budget`). Writes per model a JSON, the table, the heatmap, the tuning curves
+(`-curves.png`) and per-task bars (`-tasks.png`), and prints a summary.
 
     python benchmarks/cross_budget.py --store DIR                  # resnet50, squeezenet; 400 trials
     python benchmarks/cross_budget.py --quick                      # CI smoke run (temporary store)
@@ -18,7 +19,7 @@ import time
 from common import add_output_args, output_dir, write
 from resaware import confine
 from resaware.bench import cross_budget, tuned_label
-from resaware.plots import heatmap
+from resaware.plot import heatmap, task_bars, tuning_curves
 
 QUARTERS = "25%,50%,75%,100%"  # budgets that realise the same cores are measured once
 
@@ -47,6 +48,8 @@ def main() -> None:
         stem = f"cross_budget_{result.model}"
         write(out, stem, {**result.to_json(), "wall_s": time.monotonic() - start}, table, command)
         heatmap(result, out / f"{stem}.png")
+        tuning_curves(result.tuning, out / f"{stem}-curves.png")
+        task_bars(result.tuning, out / f"{stem}-tasks.png")
         diagonal = {b: result.cell(tuned_label(b), b).ratio for b in result.run_at if tuned_label(b) in result.rows}
         summary.append(f"{result.model}: robust tune-at {result.robust}; tuned-at-run-at ratio " +
                        ", ".join(f"{b} {r:.2f}x" for b, r in diagonal.items()))  # fmt: skip

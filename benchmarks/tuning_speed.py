@@ -52,7 +52,7 @@ from resaware.bench import TOLERANCE, interleaved, rel_error
 from resaware.budget import Budget
 from resaware.compiled import run_confined
 from resaware.measure import Timing
-from resaware.plots import curves
+from resaware.plot import curves
 from resaware.search import _batch_size, _mean, phases  # the same batch size, mean of a record, and phases
 from resaware.store import Store
 from resaware.tasks import lower

@@ -1,4 +1,27 @@
-"""resaware: tune models with TVM MetaSchedule for the share of a device they will run on."""
+"""resaware: tune models with TVM MetaSchedule for the share of a device they will run on.
+
+A budget is a share of one device: "50%" is half of this machine's usable cores, pinned. resaware tunes
+each kernel of an ONNX model in a process confined to its budget, keeps the records and an XGBoost cost
+model per budget in a store keyed by hardware, and compiles for the budget the model will run with,
+from those records, without tuning at deploy time.
+
+    import resaware
+
+    model = resaware.load_onnx("zoo:squeezenet")          # an .onnx path, a ModelProto or zoo:NAME
+    report = resaware.tune(model, ["50%", "100%"], trials=256, store="./store")
+    print(report.table())
+    compiled = resaware.compile(model, budget="50%", store="./store")
+    (out,) = compiled(*model.random_inputs(0))              # NumPy in, NumPy out
+    print(compiled.benchmark(budget="50%"))                 # timed in a process confined to 50%
+    compiled.export("squeezenet-50.so")                     # resaware.load() it anywhere identical
+
+    matrix = resaware.bench.cross_budget(model, ["50%", "100%"], ["50%", "100%"], 256, store="./store")
+    resaware.plot.heatmap(matrix, "matrix.png")
+
+The heavy parts load on first use, so `resaware.load` needs only the TVM runtime. Modules, one per
+concept: budget, hardware, confine, model, zoo, tasks, store, exchange, plan, measure, search, clients,
+remote, tuning, compiling, compiled, reference, bench, plot, cli.
+"""
 
 import os
 
@@ -9,12 +32,13 @@ os.environ.setdefault("TVM_BIND_THREADS", "0")
 from .budget import Budget, BudgetError  # noqa: E402
 from .errors import ResawareError  # noqa: E402
 
-__all__ = ["Budget", "BudgetError", "ResawareError", "load_onnx", "tune", "compile", "load", "zoo", "bench", "Store"]
+__all__ = ["Budget", "BudgetError", "ResawareError", "load_onnx", "tune", "compile", "load", "Store", "bench", "plot",
+           "tasks", "zoo"]  # fmt: skip
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # Heavy parts (the TVM compiler) load on first use, so `resaware.load` works with the runtime alone.
+    """The API's heavy parts (the TVM compiler) load on first use: `resaware.load` needs only the runtime."""
     if name == "load_onnx":
         from .model import load_onnx
 
@@ -35,8 +59,13 @@ def __getattr__(name):
         from .store import Store
 
         return Store
-    if name in ("zoo", "bench"):
+    if name in ("bench", "plot", "tasks", "zoo"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'resaware' has no attribute {name!r}")
+
+
+def __dir__():
+    """Every name, those loaded on first use included (for pydoc and completion)."""
+    return sorted(set(globals()) | set(__all__))

@@ -9,12 +9,14 @@ robust budget is the tune-at budget whose worst ratio over the columns is smalle
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -24,18 +26,21 @@ from .compiled import run_confined
 from .compiling import compile as compile_model
 from .errors import ResawareError
 from .model import resolve
-from .tuning import tune
+from .tuning import TuneReport, tune
 
 UNTUNED, ONNXRUNTIME = "untuned", "onnxruntime"
 TOLERANCE = 1e-4  # max|tvm - onnxruntime| / max|onnxruntime| for outputs to count as equal
 
 
 def tuned_label(budget: str) -> str:
+    """The matrix row of the module tuned at `budget`."""
     return f"tuned@{budget}"
 
 
 @dataclass
 class Cell:
+    """One module (row) timed at one run-at budget."""
+
     row: str
     run_at: str
     median_ms: float  # median of the rounds' medians
@@ -45,6 +50,8 @@ class Cell:
 
 @dataclass
 class CrossBudget:
+    """The tuned-at x run-at latency matrix, with untuned and ONNX Runtime rows and the robust budget."""
+
     model: str
     hardware: str
     tune_at: list[str]
@@ -56,14 +63,28 @@ class CrossBudget:
     max_rel_error: dict[str, float]  # row -> worst output mismatch against ONNX Runtime
     trials: dict[str, int] = field(default_factory=dict)  # tune-at budget -> trials in the store
     tune_wall_s: float = 0.0
+    tuning: TuneReport | None = field(default=None, repr=False)  # how the tune-at budgets were tuned
 
     def cell(self, row: str, run_at: str) -> Cell:
+        """The cell of `row` timed at the run-at budget `run_at`."""
         return next(c for c in self.cells if c.row == row and c.run_at == run_at)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Everything as JSON-ready data, the tuning report included."""
+        data = asdict(replace(self, tuning=None))
+        data["tuning"] = self.tuning.to_json() if self.tuning is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> CrossBudget:
+        """The matrix `to_json` wrote (the benchmark's and `resaware bench`'s JSON), to plot or compare later."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["cells"] = [Cell(**c) for c in data["cells"]]
+        fields["tuning"] = TuneReport.from_json(data["tuning"]) if data.get("tuning") else None
+        return cls(**fields)
 
     def table(self) -> str:
+        """The matrix as printed: median ms and the ratio to the column's best tuned module."""
         head = f"{self.model} on {self.hardware}: median ms (ratio to the best tuned module in the column)"
         cols = [f"run@{b} ({self.cores[b]}c)" for b in self.run_at]
         width = max(18, *(len(c) for c in cols))
@@ -106,6 +127,7 @@ def _shares(budgets, usable: list[int], what: str) -> dict[str, CpuShare]:
 
 
 def rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """Worst max|got - want| / max|want| over the outputs."""
     return max(float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-12)) for g, w in zip(got, want))
 
 
@@ -157,7 +179,8 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
             empty = os.path.join(workdir, "empty-store")
             modules[UNTUNED] = {}
             for label, share in run_shares.items():
-                compiled = compile_model(model, share.asked, store=empty, seed=seed)
+                with contextlib.redirect_stderr(io.StringIO()):  # its "no records" warnings are the point
+                    compiled = compile_model(model, share.asked, store=empty, seed=seed)
                 modules[UNTUNED][label] = compiled.export(os.path.join(workdir, f"{model.name}-untuned-{share.key}.so"))
                 errors[UNTUNED] = max(errors.get(UNTUNED, 0.0), rel_error(compiled(*inputs), expected))
         rows = list(modules) + ([ONNXRUNTIME] if onnxruntime else [])
@@ -189,5 +212,5 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
         model=model.name, hardware=report.hardware, tune_at=list(tune_shares), run_at=list(run_shares),
         cores={label: s.count for label, s in labels.items()}, rows=rows, cells=cells, robust=robust,
         max_rel_error=errors, trials={b.budget: b.trials_total for b in report.budgets},
-        tune_wall_s=sum(b.wall_s for b in report.budgets),
+        tune_wall_s=sum(b.wall_s for b in report.budgets), tuning=report,
     )  # fmt: skip

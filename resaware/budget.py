@@ -60,6 +60,7 @@ class Budget:
 
     @property
     def percent(self) -> float:
+        """The fraction as a percentage."""
         return self.fraction * 100.0
 
     def __str__(self) -> str:
@@ -105,14 +106,17 @@ class CpuShare:
 
     @property
     def count(self) -> int:
+        """Cores in the share."""
         return len(self.cores)
 
     @property
     def fraction(self) -> float:
+        """Realised fraction of the usable cores."""
         return self.count / len(self.usable)
 
     @property
     def realised(self) -> Budget:
+        """The budget this share really is (`75%` of 2 cores realises 100%)."""
         return Budget(self.fraction)
 
     @property
@@ -145,10 +149,12 @@ class CpuShare:
         return f"cpu-{self.count}of{len(self.usable)}"
 
     def describe(self) -> str:
+        """`asked → c of n cores`, as announced to the user."""
         return f"{self.asked} → {self.count} of {len(self.usable)} cores"
 
     @property
     def exact(self) -> bool:
+        """Whether the share realises exactly the budget asked for."""
         return math.isclose(self.fraction, self.asked.fraction, rel_tol=1e-9)
 
 

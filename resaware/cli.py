@@ -46,25 +46,46 @@ def _store_arg(p):
     p.add_argument("--store", help="store directory (default: $RESAWARE_STORE or the user cache)")
 
 
+_EPILOG = """\
+a budget is a share of this machine: 0.5, 50% and 50 all mean half of its usable cores.
+
+a typical session:
+  resaware tune zoo:squeezenet --budgets 50%,100% --trials 256 --store ./store
+  resaware compile zoo:squeezenet --budget 50% --store ./store -o squeezenet-50.so
+  resaware run squeezenet-50.so
+
+environment: RESAWARE_STORE (the default store), RESAWARE_CACHE (zoo models),
+RESAWARE_VERBOSE=1 (TVM's own log lines). `resaware COMMAND --help` shows a command's options."""
+
+
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A (sub)command whose --help opens with its one-line summary."""
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="resaware", description="Tune models with TVM MetaSchedule for the share of a device they will run on."
+        prog="resaware",
+        description="Tune models with TVM MetaSchedule for the share of a device they will run on.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                                title="commands")  # fmt: skip
 
-    sub.add_parser("zoo", help="list the zoo models (zoo:NAME)")
+    _command(sub, "zoo", help="list the zoo models (zoo:NAME)")
 
-    p = sub.add_parser("tasks", help="list a model's tuning tasks")
+    p = _command(sub, "tasks", help="list a model's tuning tasks")
     _model_args(p)
     p.add_argument("--budget", default="100%", help="budget whose target the tasks are extracted for")
 
-    p = sub.add_parser("record", help="write the tasks some models need (a plan) without measuring")
+    p = _command(sub, "record", help="write the tasks some models need (a plan) without measuring")
     p.add_argument("models", nargs="+", metavar="MODEL", help="an .onnx file or zoo:NAME, one or more")
     _shape_arg(p)
     p.add_argument("--budgets", required=True, help="comma-separated budgets to tune the plan at, e.g. 50%%,100%%")
     p.add_argument("-o", "--output", required=True, help="path of the plan (.json)")
 
-    p = sub.add_parser("tune", help="tune a model (or a plan) at one or more budgets")
+    p = _command(sub, "tune", help="tune a model (or a plan) at one or more budgets")
     p.add_argument("model", nargs="?", help="an .onnx file or zoo:NAME (see `resaware zoo`); or give --plan")
     _shape_arg(p)
     p.add_argument("--plan", help="tune the tasks of a plan written by `resaware record` instead of a model")
@@ -80,14 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
 
-    p = sub.add_parser("serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
+    p = _command(sub, "serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the TVM RPC tracker to register with")
     p.add_argument("--budget", required=True, help="the share of this machine each measurement gets, e.g. 50%%")
     p.add_argument("--partition", type=int, help="which partition of the budget to serve on (default: a free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback; trusted networks only)")
     p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
 
-    p = sub.add_parser("compile", help="compile a model for a budget from the store's records")
+    p = _command(sub, "compile", help="compile a model for a budget from the store's records")
     _model_args(p)
     p.add_argument("--budget", required=True, help="the budget the model will run with")
     p.add_argument("--target", default="llvm", choices=["llvm", "cuda"])
@@ -97,38 +118,38 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="use records of other hardware when the store has none for this machine (warned)")  # fmt: skip
 
-    p = sub.add_parser("run", help="run a compiled module and time it under a budget")
+    p = _command(sub, "run", help="run a compiled module and time it under a budget")
     p.add_argument("module", help="a module written by `resaware compile`")
     p.add_argument("--budget", help="budget to time it at (default: the one it was compiled for)")
     p.add_argument("--inputs", help=".npz with one array per input (by name, else in order); default random")
     p.add_argument("-o", "--output", help="write the outputs to this .npz")
     p.add_argument("--repeat", type=int, default=50, help="timed runs")
 
-    p = sub.add_parser("bench", help="tuned-at x run-at latency matrix, with untuned and ONNX Runtime rows")
+    p = _command(sub, "bench", help="tuned-at x run-at latency matrix, with untuned and ONNX Runtime rows")
     _model_args(p)
     p.add_argument("--tune-at", required=True, help="budgets to tune at, e.g. 50%%,100%%")
     p.add_argument("--run-at", required=True, help="budgets to run every module at, e.g. 50%%,100%%")
     p.add_argument("--trials", required=True, type=int, help="measured candidates per tune-at budget (store reused)")
     _store_arg(p)
-    p.add_argument("--out", help="directory for the JSON, table and heatmap (default: a new temporary directory)")
+    p.add_argument("--out", help="directory for the results and figures (default: a new temporary directory)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per cell and round (and at least 1 s)")
     p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("store", help="inspect, merge, export and import stores")
-    store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser)
-    show = store_sub.add_parser("show", help="hardware, budgets, tasks, trials and best latencies")
+    p = _command(sub, "store", help="inspect, merge, export and import stores")
+    store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser, metavar="SUBCOMMAND")
+    show = _command(store_sub, "show", help="hardware, budgets, tasks, trials and best latencies")
     _store_arg(show)
     show.add_argument("-v", "--verbose", action="store_true", help="one line per task")
-    merge = store_sub.add_parser("merge", help="add the records of other stores (duplicates skipped)")
+    merge = _command(store_sub, "merge", help="add the records of other stores (duplicates skipped)")
     merge.add_argument("sources", nargs="+", metavar="SRC", help="store directories to merge from")
     merge.add_argument("--into", required=True, metavar="DST", help="the store to merge into (created if missing)")
-    export = store_sub.add_parser("export", help="write a store as one archive file (.tar.gz)")
+    export = _command(store_sub, "export", help="write a store as one archive file (.tar.gz)")
     _store_arg(export)
     export.add_argument("-o", "--output", required=True, help="path of the archive")
-    imp = store_sub.add_parser("import", help="merge an archive written by `store export` into a store")
+    imp = _command(store_sub, "import", help="merge an archive written by `store export` into a store")
     imp.add_argument("archive", help="the archive file")
     _store_arg(imp)
     return parser
@@ -148,13 +169,9 @@ def _cmd_zoo(args):
 
 
 def _cmd_tasks(args):
-    from . import confine, hardware, intrinsics
-    from .tasks import extract, table
+    from .tasks import of, table
 
-    intrinsics.register("llvm")
-    model = _load_model(args)
-    share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    print(table(extract(model, hardware.llvm_target(share.count))))
+    print(table(of(_load_model(args), args.budget)))
 
 
 def _cmd_record(args):
@@ -260,7 +277,7 @@ def _cmd_bench(args):
     from pathlib import Path
 
     from .bench import cross_budget
-    from .plots import heatmap
+    from .plot import heatmap, task_bars, tuning_curves
 
     if args.trials < 0:
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
@@ -279,7 +296,9 @@ def _cmd_bench(args):
     Path(f"{stem}.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
     Path(f"{stem}.md").write_text(f"```\n{table}\n```\n")
     heatmap(result, f"{stem}.png")
-    print(f"wrote {stem}.json, .md, .png")
+    tuning_curves(result.tuning, f"{stem}-curves.png")
+    task_bars(result.tuning, f"{stem}-tasks.png")
+    print(f"wrote {stem}.json, .md, .png (heatmap), -curves.png, -tasks.png")
 
 
 def _cmd_store(args):
@@ -303,6 +322,7 @@ def _cmd_store(args):
 
 
 def main(argv=None) -> int:
+    """Run the `resaware` command with `argv` (default: the process's); returns the exit code."""
     args = _parser().parse_args(argv)
     handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "record": _cmd_record, "tune": _cmd_tune, "compile": _cmd_compile,
                "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve}[args.command]  # fmt: skip

@@ -272,6 +272,7 @@ def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int
 
 
 def main(spec_path: str) -> None:
+    """A tuning client's process: tune the tasks its spec file names, reporting batches on stdout."""
     spec = json.loads(Path(spec_path).read_text())
     # The protocol keeps the real stdout; anything else printed here goes to the client's log.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)

@@ -37,6 +37,7 @@ class Latency:
 
     @classmethod
     def from_times(cls, times: list[float], budget: str, cores: list[int]) -> Latency:
+        """Summary of per-run seconds measured at `budget` on `cores`."""
         return cls(
             statistics.median(times), _percentile(times, 10), _percentile(times, 90), statistics.fmean(times),
             len(times), budget, cores,
@@ -69,10 +70,12 @@ class CompiledModel:
 
     @property
     def inputs(self) -> list[dict]:
+        """The model's inputs (name, shape, dtype) as the sidecar records them."""
         return self.info.get("inputs", [])
 
     @property
     def budget(self) -> str | None:
+        """The budget the module was compiled for."""
         return self.info.get("budget")
 
     def _arrays(self, args, kwargs) -> list[np.ndarray]:

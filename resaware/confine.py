@@ -18,6 +18,7 @@ def usable_cores() -> list[int]:
 
 
 def thread_ids() -> list[int]:
+    """The ids of this process's threads (`/proc/self/task`)."""
     return [int(t) for t in os.listdir("/proc/self/task")]
 
 

@@ -35,6 +35,7 @@ class Merged:
     duplicates: int
 
     def line(self) -> str:
+        """One line of the merge report."""
         return f"  {self.slot:<60} {self.records:>7} records: {self.added:>6} added, {self.duplicates:>6} already there"
 
 

@@ -43,10 +43,12 @@ class Hardware:
         return f"{_slug(self.cpu_model)}-{self.mcpu}-{digest}"
 
     def to_json(self) -> dict:
+        """The fields as a dict (what `hardware.json` holds)."""
         return {"id": self.id, **asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict) -> Hardware:
+        """The Hardware a `hardware.json` describes."""
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["isa"] = tuple(fields.get("isa", ()))
         return cls(**fields)
@@ -76,6 +78,7 @@ class Hardware:
         )
 
     def describe(self) -> str:
+        """CPU model, LLVM mcpu, usable cores, GPU and TVM version in one line."""
         gpu = f", GPU {self.gpu_name} ({self.gpu_sms} SMs)" if self.gpu_name else ""
         return f"{self.cpu_model} ({self.mcpu}, {self.usable_cores} usable cores{gpu}), TVM {self.tvm_version}"
 
@@ -147,4 +150,5 @@ def llvm_target(cores: int, mcpu: str | None = None):
 
 
 def target_json(target) -> str:
+    """A TVM target as stable JSON text (sorted keys, values as strings)."""
     return json.dumps({k: str(v) for k, v in target.export().items()}, sort_keys=True)

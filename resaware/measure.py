@@ -39,6 +39,7 @@ class Timing:
     timeout_s: float = 30.0
 
     def evaluator(self) -> EvaluatorConfig:
+        """MetaSchedule's evaluator settings for these repeats."""
         return EvaluatorConfig(number=1, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms)
 
 
@@ -220,4 +221,5 @@ class ConfinedRunner(PyRunner):
 
 
 def remove_artifact(path: str) -> None:
+    """Delete a built candidate's temporary directory."""
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)

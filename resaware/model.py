@@ -22,13 +22,16 @@ class TensorSpec:
     dtype: str
 
     def to_json(self) -> dict:
+        """Name, shape and dtype as a dict."""
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
     @classmethod
     def from_json(cls, data: dict) -> TensorSpec:
+        """The spec a `to_json` dict describes."""
         return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"])
 
     def random(self, rng: np.random.Generator) -> np.ndarray:
+        """A random array of this shape and dtype (standard normal; small integers for integer inputs)."""
         if np.issubdtype(np.dtype(self.dtype), np.floating):
             return rng.standard_normal(self.shape).astype(self.dtype)
         return rng.integers(0, 8, size=self.shape).astype(self.dtype)
@@ -47,6 +50,7 @@ class Model:
     onnx_model: onnx.ModelProto | None = field(default=None, repr=False)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """One seeded random array per input, in input order."""
         rng = np.random.default_rng(seed)
         return [spec.random(rng) for spec in self.inputs]
 

@@ -37,9 +37,11 @@ class Plan:
 
     @property
     def name(self) -> str:
+        """The plan's models joined by `+`."""
         return "+".join(self.models)
 
     def to_json(self) -> dict:
+        """The plan as JSON-ready data (tasks as TVM JSON)."""
         return {
             "format": FORMAT,
             "models": self.models,
@@ -52,10 +54,12 @@ class Plan:
         }
 
     def save(self, path: str | os.PathLike) -> None:
+        """Write the plan to `path` as JSON."""
         write_json(Path(path), self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
+        """A plan written by `save`; refused when it was recorded with another TVM version."""
         try:
             with open(path) as f:
                 data = json.load(f)

@@ -18,6 +18,7 @@ from .model import Model, TensorSpec
 
 
 def session(model_path: str, threads: int | None = None):
+    """An ONNX Runtime CPU session, sequential, with `threads` intra-op threads (default: ORT's)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -33,6 +33,7 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "resaware-cores"
 
 
 def key(hw: Hardware, share: CpuShare) -> str:
+    """The tracker key servers of this hardware and share register under."""
     return f"{PREFIX}.{hw.id}.{share.key}"
 
 
@@ -43,6 +44,7 @@ def parse_key(text: str) -> tuple[str, int, int] | None:
 
 
 def parse_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` -> (host, port); one clear error otherwise."""
     host, _, port = str(text).rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ResawareError(f"tracker address {text!r} is not HOST:PORT (e.g. 127.0.0.1:9190)")

@@ -161,7 +161,12 @@ def search_rounds(
         stats = workload_stats(database)
         prior = [s.trials / batch if (s := stats.get(t.workload_hash)) else 0.0 for t in tasks]
         try:
-            with progress.ctrl_c_after_batch(), quiet.native_stderr(), quiet.xgboost_warnings():
+            with (
+                progress.ctrl_c_after_batch(),
+                quiet.native_stderr(),
+                quiet.xgboost_warnings(),
+                quiet.no_notebook_tables(),
+            ):
                 ms.tune_tasks(
                     task_scheduler=WeightedScheduler(shares, prior),
                     tasks=_contexts(tasks, target, threads, seed + done, batch),

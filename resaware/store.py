@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import sys
 import tempfile
@@ -62,6 +63,7 @@ def _readable(fd: int) -> None:
 
 
 def read_json(path: Path, default=None):
+    """The JSON in `path`, `default` when it does not exist; a clear error when it is damaged."""
     try:
         with open(path) as f:
             return json.load(f)
@@ -73,6 +75,8 @@ def read_json(path: Path, default=None):
 
 @dataclass(frozen=True)
 class WorkloadStats:
+    """Trials and best mean latency of one workload in a database."""
+
     trials: int
     best_s: float | None  # mean seconds of the best valid record
 
@@ -154,18 +158,22 @@ class Slot:
 
     @property
     def fraction(self) -> float:
+        """The budget's realised fraction of the device."""
         return float(self.info["fraction"])
 
     @property
     def workload_file(self) -> Path:
+        """MetaSchedule's workload file (one kernel a line)."""
         return self.path / "database_workload.json"
 
     @property
     def record_file(self) -> Path:
+        """MetaSchedule's tuning-record file (one measured candidate a line)."""
         return self.path / "database_tuning_record.json"
 
     @property
     def cost_model_file(self) -> Path:
+        """The budget's XGBoost cost model with its training data."""
         return self.path / "cost_model.tar"
 
     @classmethod
@@ -181,6 +189,7 @@ class Slot:
 
     @property
     def records_lock_file(self) -> Path:
+        """The lock every appender of this budget's records holds."""
         return self.path / ".records.lock"
 
     @contextmanager
@@ -266,10 +275,44 @@ class Slot:
             return {}
         return workload_stats(database or self.database())
 
+    def curve(self, model: str | None = None) -> list[tuple[int, float | None]]:
+        """A tuning curve of `model` (by default, the only model this budget's tasks belong to), read from the
+        database in the order records were measured: after each record of its tasks, (its records so far,
+        sum of weight x best mean seconds once every task has a valid record, else None)."""
+        tasks = self.task_names()
+        models = sorted({m for entry in tasks.values() for m in entry["models"]})
+        if model is None and len(models) > 1:
+            raise ResawareError(f"{self.path} holds tasks of {', '.join(models)}: say which model's curve to draw")
+        model = model or (models[0] if models else None)
+        weights = {int(h): entry["models"][model] for h, entry in tasks.items() if model in entry["models"]}
+        hashes = []  # workload line -> structural hash, as TVM wrote it first on each line
+        for _, line, _ in _lines(self.workload_file):
+            try:
+                hashes.append(int(json.loads(line)[0]))
+            except (ValueError, IndexError, TypeError):
+                hashes.append(None)  # the record lines that point here are set aside on open
+        best: dict[int, float] = {}
+        points: list[tuple[int, float | None]] = []
+        for _, line, _ in _lines(self.record_file):
+            try:
+                index, (_, run_secs, *_) = json.loads(line)
+                key, secs = hashes[index], [float(x) for x in run_secs or []]
+            except (ValueError, IndexError, TypeError):
+                continue  # damaged: set aside on open, and no measurement
+            if key not in weights:
+                continue
+            if secs and max(secs) < FAILED:
+                best[key] = min(best.get(key, math.inf), sum(secs) / len(secs))
+            estimate = sum(w * best[k] for k, w in weights.items()) if len(best) == len(weights) else None
+            points.append((len(points) + 1, estimate))
+        return points
+
     def task_names(self) -> dict[str, dict]:
+        """Workload hash -> name, FLOPs and weight per model, of every task tuned here."""
         return read_json(self.path / "tasks.json", {})
 
     def remember_tasks(self, tasks, model_name: str) -> None:
+        """Record the names, FLOPs and weights (for `model_name`) of `tasks` in `tasks.json`."""
         known = self.task_names()
         for t in tasks:
             entry = known.setdefault(str(t.workload_hash), {"name": t.name, "flops": t.flops, "models": {}})
@@ -334,6 +377,7 @@ class Slot:
         self.save_cost_model(model)
 
     def client_cost_model_file(self, client: int) -> Path:
+        """Where concurrent client `client` keeps its cost model until the merge."""
         return self.path / f".cost_model.client{client}.tar"
 
     def merge_cost_models(self, parts: list[Path]) -> None:
@@ -438,6 +482,7 @@ class Store:
 
     @classmethod
     def open(cls, store: Store | str | os.PathLike | None = None) -> Store:
+        """A Store for `store` (a Store, a directory, or None for the default root)."""
         if isinstance(store, Store):
             return store
         root = Path(store) if store is not None else default_root()
@@ -464,6 +509,7 @@ class Store:
         return Slot(path, hardware, kind, key, info)
 
     def hardware(self) -> list[Hardware]:
+        """Every hardware the store holds records for."""
         found = []
         for path in sorted(self.root.glob("*/hardware.json")):
             found.append(Hardware.from_json(read_json(path)))

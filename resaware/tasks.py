@@ -9,7 +9,9 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from .model import Model
+from . import confine, hardware, intrinsics
+from .budget import Budget
+from .model import Model, resolve
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Task:
 
     @property
     def workload_hash(self) -> int:
+        """The structural hash MetaSchedule keys this kernel's records by."""
         return int(tvm_ffi.structural_hash(self.mod))
 
 
@@ -57,6 +60,13 @@ def extract(model: Model, target, lowered: tvm.IRModule | None = None) -> list[T
     found = ms.relax_integration.extract_tasks(lowered, target)
     tasks = [Task(t.task_name, int(t.weight), _flops(t.dispatched[0]), t.dispatched[0]) for t in found]
     return sorted(tasks, key=lambda t: (-t.weight * t.flops, t.name))
+
+
+def of(model, budget="100%") -> list[Task]:
+    """The tasks of `model` (a Model, path or `zoo:` name) for the LLVM target of a CPU budget on this machine."""
+    intrinsics.register("llvm")  # else the first extraction imports every backend's tensor intrinsics
+    share = Budget.parse(budget).cpu(confine.usable_cores())
+    return extract(resolve(model), hardware.llvm_target(share.count))
 
 
 def table(tasks: list[Task]) -> str:

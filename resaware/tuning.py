@@ -23,7 +23,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from . import clients, confine, hardware, intrinsics, remote
+from . import clients, confine, hardware, intrinsics, quiet, remote
 from .budget import Budget, CpuShare, announce
 from .clients import ClientReport
 from .errors import ResawareError
@@ -37,6 +37,8 @@ from .tasks import Task, extract, lower
 
 @dataclass
 class TaskResult:
+    """One task after tuning: trials in the store and best latency."""
+
     name: str
     weight: int
     flops: float
@@ -67,6 +69,8 @@ class Verification:
 
 @dataclass
 class BudgetResult:
+    """What tuning one budget did: trials, time, tasks, history, clients and re-measurements."""
+
     budget: str  # as asked
     realised: float  # fraction of the usable cores
     cores: list[int]  # the budget's share (partition 0)
@@ -91,6 +95,7 @@ class BudgetResult:
 
     @property
     def trials_run(self) -> int:
+        """Trials this run added."""
         return self.trials_total - self.trials_before
 
     @property
@@ -103,12 +108,15 @@ class BudgetResult:
 
 @dataclass
 class TuneReport:
+    """The result of `tune`: one BudgetResult per budget."""
+
     model: str
     hardware: str
     store: str
     budgets: list[BudgetResult]
 
     def to_json(self) -> dict:
+        """Everything as JSON-ready data, derived figures included."""
         data = asdict(self)
         for result, raw in zip(self.budgets, data["budgets"]):
             raw["trials_run"] = result.trials_run
@@ -116,7 +124,21 @@ class TuneReport:
             raw["measure_rate"] = result.measure_rate
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> TuneReport:
+        """The report `to_json` (or `resaware tune --json`) wrote, to plot or compare later."""
+        budgets = []
+        for raw in data["budgets"]:
+            fields = {k: v for k, v in raw.items() if k in BudgetResult.__dataclass_fields__}
+            fields["tasks"] = [TaskResult(**t) for t in raw["tasks"]]
+            fields["history"] = [tuple(h) for h in raw["history"]]
+            fields["verification"] = [Verification(**v) for v in raw["verification"]]
+            fields["clients"] = [ClientReport(**{**c, "window": tuple(c["window"])}) for c in raw["clients"]]
+            budgets.append(BudgetResult(**fields))
+        return cls(data["model"], data["hardware"], data["store"], budgets)
+
     def table(self) -> str:
+        """A printable table: one line per budget."""
         lines = [f"model {self.model} on {self.hardware}, store {self.store}",
                  f"{'budget':>7} {'cores':>6} {'clients':>7} {'trials':>13} {'tuned tasks':>11} {'est. latency':>13} {'wall':>8} {'re-measured':>25}  stopped by"]  # fmt: skip
         for b in self.budgets:
@@ -254,7 +276,8 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
         finally:
             if bar is not None:
                 bar.close()
-                bar.fp.close()
+                if bar.fp_owned:
+                    bar.fp.close()
         stopped_by = _stopped_by(reports)
         verification = _verify(slot, tasks, target, verifier(len(reports)))
     stats = slot.stats()
@@ -300,17 +323,14 @@ def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, t
 def _progress_bar(label: str | None, total: int):
     if label is None:
         return None
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # text bars: Jupyter draws them too, without ipywidgets
 
-    # Its own handle on the terminal: TVM's native stderr is muted while tuning.
-    stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
-    return tqdm(
-        total=total,
-        desc=label,
-        unit="trial",
-        dynamic_ncols=True,
-        file=stream,
-    )
+    # Its own handle on the terminal, as TVM's native stderr is muted while tuning; Jupyter's stream is not fd 2.
+    owned = quiet.stderr_is_fd2()
+    stream = os.fdopen(os.dup(2), "w", buffering=1) if owned else sys.stderr
+    bar = tqdm(total=total, desc=label, unit="trial", dynamic_ncols=True, file=stream)
+    bar.fp_owned = owned  # closed with the bar
+    return bar
 
 
 def _concurrency(value, share: CpuShare) -> int:
@@ -335,11 +355,11 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
     `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
-    unless `budgets` says otherwise); `budgets` are fractions or percents; `time_limit` is wall-clock seconds per budget; `concurrency` is how many clients tune a
-    budget at once, each measuring on its own partition of the budget's size (`auto`: as many as fit).
-    With `tracker` ("HOST:PORT" of a TVM RPC tracker) candidates are measured on every server that
-    `resaware serve` registered there for the budget, and stored under the servers' hardware.
-    Reruns tune only the remainder.
+    unless `budgets` says otherwise); `budgets` are fractions or percents; `time_limit` is wall-clock
+    seconds per budget; `concurrency` is how many clients tune a budget at once, each measuring on its
+    own partition of the budget's size (`auto`: as many as fit). With `tracker` ("HOST:PORT" of a TVM
+    RPC tracker) candidates are measured on every server that `resaware serve` registered there for the
+    budget, and stored under the servers' hardware. Reruns tune only the remainder.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")

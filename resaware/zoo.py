@@ -37,6 +37,7 @@ def _light_dir() -> Path:
 
 
 def cache_dir() -> Path:
+    """Where materialised zoo models are kept: `$RESAWARE_CACHE/zoo`, else the user cache."""
     root = os.environ.get("RESAWARE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "resaware"
     )

@@ -57,7 +57,10 @@ def test_bench_cli_writes_json_table_and_heatmap(small_store, small_path, tmp_pa
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "small-cross-budget.json").read_text())
     assert data["run_at"] == ["100%"] and data["robust"] in ("50%", "100%")
-    assert (tmp_path / "small-cross-budget.png").read_bytes()[:4] == b"\x89PNG"
+    for figure in ("small-cross-budget.png", "small-cross-budget-curves.png", "small-cross-budget-tasks.png"):
+        assert (tmp_path / figure).read_bytes()[:4] == b"\x89PNG", figure
+    # The tuning report travels with the matrix: here it says the fixture's store was reused, not retuned.
+    assert [b["stopped_by"] for b in data["tuning"]["budgets"]] == ["already tuned"] * 2
     assert "tuned@50%" in (tmp_path / "small-cross-budget.md").read_text()
 
 
@@ -98,7 +101,9 @@ def test_cross_budget_script_quick(tmp_path, squeezenet_store):
     data = json.loads((tmp_path / "cross_budget_squeezenet.json").read_text())
     assert data["rows"][-1] == ONNXRUNTIME and data["robust"] in data["tune_at"]
     assert max(data["max_rel_error"].values()) < 1e-4
-    assert (tmp_path / "cross_budget_squeezenet.png").exists() and (tmp_path / "cross_budget_squeezenet.md").exists()
+    for name in ("cross_budget_squeezenet.png", "cross_budget_squeezenet-curves.png", "cross_budget_squeezenet-tasks.png",
+                 "cross_budget_squeezenet.md"):  # fmt: skip
+        assert (tmp_path / name).exists(), name
 
 
 def test_vs_onnxruntime_script_quick(tmp_path):
