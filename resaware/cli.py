@@ -230,7 +230,8 @@ def _cmd_compile(args):
                        allow_mismatch=args.allow_mismatch)  # fmt: skip
     path = compiled.export(args.output)
     info = compiled.info
-    print(f"wrote {path} ({info['model']} for {info['budget']}, tuned at {info['tuned_at'] or 'nothing'}: "
+    tuned = f"tuned at {info['tuned_at']}" if info["tuned_at"] else "untuned"
+    print(f"wrote {path} ({info['model']} for {info['budget']}, {tuned}: "
           f"{info['tuned_tasks']}/{info['tasks']} kernels from {info['records']} records)")  # fmt: skip
 
 
