@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import resaware
 from resaware import ResawareError, plot, tasks
 from resaware.store import Slot, Store
+from resaware.tuning import TuneReport
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,15 @@ def test_figures_export_png_and_svg(tuned, tmp_path):
     heights = [bar.get_height() for bar in figure.axes[0].patches]
     assert len(heights) == 4 and heights == sorted(heights, reverse=True)
     assert heights[0] == pytest.approx(max(t.weight * t.best_s for t in report.budgets[0].tasks) * 1e3)
+
+
+def test_saved_reports_plot_later(tuned, tmp_path):
+    _, report = tuned
+    saved = json.loads(json.dumps(report.to_json()))  # what `resaware tune --json` prints
+    again = TuneReport.from_json(saved)
+    assert json.loads(json.dumps(again.to_json())) == saved
+    plot.task_bars(again, tmp_path / "again.png")
+    assert (tmp_path / "again.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_curve_of_a_budget_shared_by_two_models(tuned, tmp_path, small_model):
