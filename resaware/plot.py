@@ -28,6 +28,11 @@ def _cores(n: int) -> str:
     return f"{n} core" if n == 1 else f"{n} cores"
 
 
+def _tuned_at(result) -> str:
+    """A BudgetResult's legend label."""
+    return f"tuned at {result.budget} ({_cores(len(result.cores))})"
+
+
 def _log_y(ax) -> None:
     """Make the y axis logarithmic, labelled in plain numbers (0.2, 6, 10 rather than 2e-01, 6x10^0): every
     minor tick within a decade of data, those at 2 and 5 over more. Call after plotting."""
@@ -68,7 +73,7 @@ def _store_lines(source, model: str | None) -> list[tuple[str, list[tuple[float,
         labels = [f"{s.kind} {s.fraction:.0%} ({s.key})" for s in slots]
     else:
         slots = [Slot.open(r.slot) for r in _budget_results(source)]
-        labels = [f"tuned at {r.budget} ({_cores(len(r.cores))})" for r in _budget_results(source)]
+        labels = [_tuned_at(r) for r in _budget_results(source)]
         model = model or getattr(source, "model", None)
     return [(label, [(n, est * 1e3) for n, est in slot.curve(model) if est is not None])
             for label, slot in zip(labels, slots)]  # fmt: skip
@@ -88,7 +93,7 @@ def tuning_curves(source, path: str | os.PathLike | None = None, x: str = "trial
     if x == "trials":
         lines = _store_lines(source, model)
     elif hasattr(source, "budgets"):
-        lines = [(f"tuned at {r.budget} ({_cores(len(r.cores))})", [(s, est * 1e3) for s, _, est in r.history if est is not None])
+        lines = [(_tuned_at(r), [(s, est * 1e3) for s, _, est in r.history if est is not None])
                  for r in source.budgets]  # fmt: skip
     else:
         raise ValueError("x='seconds' needs a TuneReport: a store keeps the order of its records, not their times")
@@ -135,7 +140,7 @@ def task_bars(report, path: str | os.PathLike | None = None, top: int = 12):
             for n in names
         ]
         ax.bar([j + (i - (len(results) - 1) / 2) * width for j in range(len(names))], heights, width,
-               color=_PALETTE[i % len(_PALETTE)], label=f"tuned at {result.budget} ({_cores(len(result.cores))})")  # fmt: skip
+               color=_PALETTE[i % len(_PALETTE)], label=_tuned_at(result))  # fmt: skip
     ax.set_xticks(range(len(names)), [n if len(n) <= 28 else n[:27] + "…" for n in names], rotation=40,
                   ha="right", fontsize=7)  # fmt: skip
     _log_y(ax)
