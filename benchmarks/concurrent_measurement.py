@@ -31,7 +31,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 from common import add_output_args, output_dir, sample_candidates, write
 from resaware import confine, hardware, measure
 from resaware.budget import Budget
-from resaware.search import _mean
+from resaware.store import mean_seconds
 
 
 def build(candidates, target) -> list[tuple[str, str, list]]:
@@ -49,7 +49,7 @@ def build(candidates, target) -> list[tuple[str, str, list]]:
 
 def time_on(runner, items) -> list[float | None]:
     futures = runner.run([RunnerInput(path, "llvm", args) for _, path, args in items])
-    return [_mean(f.result().run_secs) for f in futures]
+    return [mean_seconds(f.result().run_secs) for f in futures]
 
 
 def concurrently(runners, built) -> tuple[float, list[float | None]]:

@@ -53,8 +53,8 @@ from resaware.budget import Budget
 from resaware.compiled import run_confined
 from resaware.measure import Timing
 from resaware.plot import curves
-from resaware.search import _batch_size, _mean, phases  # the same batch size, mean of a record, and phases
-from resaware.store import Store
+from resaware.search import _batch_size, phases  # the same batch size and phases
+from resaware.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
 from resaware.tasks import lower
 
 CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware",
@@ -87,7 +87,7 @@ class _Curve(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         for built, ran in zip(builder_results, runner_results):
-            mean = _mean(ran.run_secs) if built.error_msg is None and ran.error_msg is None else None
+            mean = mean_seconds(ran.run_secs) if built.error_msg is None and ran.error_msg is None else None
             if mean is not None:
                 self.best[task_id] = min(self.best.get(task_id, mean), mean)
         self.trials += len(runner_results)

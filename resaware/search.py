@@ -21,13 +21,8 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from . import quiet
-from .store import FAILED, workload_stats
+from .store import mean_seconds, workload_stats
 from .tasks import Task
-
-
-def _mean(secs) -> float | None:
-    values = [float(s) for s in (secs or [])]
-    return sum(values) / len(values) if values and max(values) < FAILED else None
 
 
 def _batch_size(trials: int, n_tasks: int) -> int:
@@ -72,7 +67,7 @@ class Progress(PyMeasureCallback):
         self.stop_asked = False  # Ctrl-C: stop after the batch in flight
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-        means = [_mean(r.run_secs) for r in runner_results if r.error_msg is None]
+        means = [mean_seconds(r.run_secs) for r in runner_results if r.error_msg is None]
         valid = [m for m in means if m is not None]
         self.on_batch(int(task_id), len(runner_results), min(valid) if valid else None)
         # Runs after MetaSchedule's own callbacks, so this batch is already in the database and the

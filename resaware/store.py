@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import sys
 import tempfile
@@ -81,6 +80,12 @@ class WorkloadStats:
     best_s: float | None  # mean seconds of the best valid record
 
 
+def mean_seconds(run_secs) -> float | None:
+    """The mean of a candidate's timings, or None when it failed (MetaSchedule records failure as a huge cost)."""
+    values = [float(s) for s in (run_secs or [])]
+    return sum(values) / len(values) if values and max(values) < FAILED else None
+
+
 def workload_stats(database) -> dict[int, WorkloadStats]:
     """Trials and best latency per workload of a MetaSchedule database (keyed by structural hash)."""
     trials: dict[int, int] = {}
@@ -88,9 +93,7 @@ def workload_stats(database) -> dict[int, WorkloadStats]:
     for record in database.get_all_tuning_records():
         key = int(tvm_ffi.structural_hash(record.workload.mod))
         trials[key] = trials.get(key, 0) + 1
-        secs = [float(s) for s in (record.run_secs or [])]
-        if secs and max(secs) < FAILED:
-            mean = sum(secs) / len(secs)
+        if (mean := mean_seconds(record.run_secs)) is not None:
             best[key] = min(best.get(key, mean), mean)
     return {k: WorkloadStats(n, best.get(k)) for k, n in trials.items()}
 
@@ -296,13 +299,13 @@ class Slot:
         for _, line, _ in _lines(self.record_file):
             try:
                 index, (_, run_secs, *_) = json.loads(line)
-                key, secs = hashes[index], [float(x) for x in run_secs or []]
+                key, mean = hashes[index], mean_seconds(run_secs)
             except (ValueError, IndexError, TypeError):
                 continue  # damaged: set aside on open, and no measurement
             if key not in weights:
                 continue
-            if secs and max(secs) < FAILED:
-                best[key] = min(best.get(key, math.inf), sum(secs) / len(secs))
+            if mean is not None:
+                best[key] = min(best.get(key, mean), mean)
             estimate = sum(w * best[k] for k, w in weights.items()) if len(best) == len(weights) else None
             points.append((len(points) + 1, estimate))
         return points

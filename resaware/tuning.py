@@ -30,8 +30,7 @@ from .errors import ResawareError
 from .measure import ConfinedRunner, Timing, build_one, remove_artifact
 from .model import Model, resolve
 from .plan import Plan
-from .search import _mean
-from .store import Slot, Store
+from .store import Slot, Store, mean_seconds
 from .tasks import Task, extract, lower
 
 
@@ -202,7 +201,7 @@ def _verify(slot: Slot, tasks: list[Task], target, runners: list, top: int = 3, 
             except Exception:  # noqa: S112 - a record that no longer builds has nothing to verify
                 continue
             args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            built.append((task.name, _mean(record.run_secs), RunnerInput(artifact, "cpu", args)))
+            built.append((task.name, mean_seconds(record.run_secs), RunnerInput(artifact, "cpu", args)))
         inputs = [item for _, _, item in built]
         alone, together = [], []
         for _ in range(rounds):
@@ -228,7 +227,7 @@ def _verify(slot: Slot, tasks: list[Task], target, runners: list, top: int = 3, 
 
 def _times(runner, inputs) -> list[float | None]:
     futures = runner.run(inputs)
-    return [_mean(f.result().run_secs) for f in futures]
+    return [mean_seconds(f.result().run_secs) for f in futures]
 
 
 def _results(tasks: list[Task], slot: Slot) -> list[TaskResult]:
