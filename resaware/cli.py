@@ -42,6 +42,11 @@ def _model_args(p):
     _shape_arg(p)
 
 
+def _target_args(p):
+    p.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="llvm (this CPU) or cuda (default llvm)")
+    p.add_argument("--arch", help="CUDA architecture to build for (default: the GPU's, else sm_90); needs no GPU")
+
+
 def _store_arg(p):
     p.add_argument("--store", help="store directory (default: $RESAWARE_STORE or the user cache)")
 
@@ -78,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _command(sub, "tasks", help="list a model's tuning tasks")
     _model_args(p)
     p.add_argument("--budget", default="100%", help="budget whose target the tasks are extracted for")
+    _target_args(p)
 
     p = _command(sub, "record", help="write the tasks some models need (a plan) without measuring")
     p.add_argument("models", nargs="+", metavar="MODEL", help="an .onnx file or zoo:NAME, one or more")
@@ -111,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _command(sub, "compile", help="compile a model for a budget from the store's records")
     _model_args(p)
     p.add_argument("--budget", required=True, help="the budget the model will run with")
-    p.add_argument("--target", default="llvm", choices=["llvm", "cuda"])
+    _target_args(p)
     _store_arg(p)
     p.add_argument("-o", "--output", required=True, help="path of the compiled module (.so)")
     p.add_argument("--seed", type=int, default=0, help="seed of the default schedules for untuned kernels")
@@ -137,6 +143,27 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = _command(sub, "candidates", help="build candidates here, measure them on another machine, fold the timings in")
+    cand_sub = p.add_subparsers(dest="candidates_command", required=True, parser_class=_Parser, metavar="ACTION")
+    build = _command(cand_sub, "build", help="sample and build candidates of a model's heaviest tasks (no GPU needed)")
+    _model_args(build)
+    _target_args(build)
+    build.add_argument("--per-task", type=int, default=16, help="candidates per task (default 16)")
+    build.add_argument("--top", type=int, help="only the heaviest N tasks (default: all)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("-o", "--output", required=True, help="a new directory for the candidates and manifest.json")
+    measure = _command(cand_sub, "measure", help="time built candidates at budgets with the TVM runtime alone")
+    measure.add_argument("directory", help="a directory written by `resaware candidates build`")
+    measure.add_argument("--budgets", required=True, help="e.g. 25%%,50%%,100%%")
+    measure.add_argument("--clients", type=int, default=1, help="clients measuring each budget at once (default 1)")
+    measure.add_argument("--sharing", choices=["auto", "mps", "none"], default="auto",
+                         help="how a GPU is shared: MPS clients, the whole GPU alone (100%% only), or MPS else that (default)")  # fmt: skip
+    fold = _command(cand_sub, "fold", help="add measured candidates to the store as the budgets' records")
+    fold.add_argument("directory", help="a directory measured by `resaware candidates measure`")
+    _store_arg(fold)
+
+    _command(sub, "doctor", help="what this machine can do: CPU, GPU, MPS, nvcc, TVM, the budgets it realises")
 
     p = _command(sub, "store", help="inspect, merge, export and import stores")
     store_sub = p.add_subparsers(dest="store_command", required=True, parser_class=_Parser, metavar="SUBCOMMAND")
@@ -171,7 +198,8 @@ def _cmd_zoo(args):
 def _cmd_tasks(args):
     from .tasks import of, table
 
-    print(table(of(_load_model(args), args.budget)))
+    _check_arch(args)
+    print(table(of(_load_model(args), args.budget, target=args.target, arch=args.arch)))
 
 
 def _cmd_record(args):
@@ -221,13 +249,24 @@ def _cmd_serve(args):
         print("resaware: stopped serving", file=sys.stderr)
 
 
+def _check_arch(args) -> None:
+    """Refuse a bad --arch before the (slow) model import."""
+    from .cuda import check_arch
+
+    if args.arch is not None and args.target != "cuda":
+        raise ResawareError("--arch names a CUDA architecture: use it with --target cuda")
+    if args.arch is not None:
+        check_arch(args.arch)
+
+
 def _cmd_compile(args):
     from .compiling import compile
 
     budget = Budget.parse(args.budget)
+    _check_arch(args)
     model = _load_model(args)
     compiled = compile(model, budget, store=args.store, target=args.target, seed=args.seed,
-                       allow_mismatch=args.allow_mismatch)  # fmt: skip
+                       allow_mismatch=args.allow_mismatch, arch=args.arch)  # fmt: skip
     path = compiled.export(args.output)
     info = compiled.info
     tuned = f"tuned at {info['tuned_at']}" if info["tuned_at"] else "untuned"
@@ -258,6 +297,7 @@ def _cmd_run(args):
         raise ResawareError(f"--repeat must be at least 1, got {args.repeat}")
     budget = Budget.parse(args.budget) if args.budget else None
     compiled = load(args.module)
+    compiled.require_device()
     share = Budget.parse(budget or compiled.budget or 1.0).cpu(confine.usable_cores())
     for warning in provenance_warnings(compiled.info, share.fraction, hardware.detect().id):
         print(f"resaware: warning: {warning}", file=sys.stderr)
@@ -302,6 +342,45 @@ def _cmd_bench(args):
     print(f"wrote {stem}.json, .md, .png (heatmap), -curves.png, -tasks.png")
 
 
+def _cmd_candidates(args):
+    from pathlib import Path
+
+    if args.candidates_command == "build":
+        from .candidates import build
+
+        _check_arch(args)
+        if args.per_task < 1 or (args.top is not None and args.top < 1):
+            raise ResawareError("--per-task and --top must be at least 1")
+        manifest = build(_load_model(args), args.target, args.output, per_task=args.per_task, top=args.top,
+                         arch=args.arch, seed=args.seed)  # fmt: skip
+        size = sum(f.stat().st_size for f in Path(args.output).iterdir())
+        print(f"built {len(manifest['candidates'])} candidates of {len(manifest['tasks'])} tasks for "
+              f"{manifest['target'].get('arch', manifest['kind'])} in {args.output} ({size / 2**20:.1f} MiB); "
+              f"measure them with: python -m resaware.measure_built {args.output} --budgets ...")  # fmt: skip
+    elif args.candidates_command == "measure":
+        from .measure_built import main as measure_main
+
+        if args.clients < 1:
+            raise ResawareError(f"--clients must be at least 1, got {args.clients}")
+        code = measure_main([args.directory, "--budgets", args.budgets, "--clients", str(args.clients),
+                             "--sharing", args.sharing])  # fmt: skip
+        if code:
+            raise SystemExit(code)
+    else:
+        from .candidates import fold
+        from .store import Store
+
+        added = fold(args.directory, args.store)
+        print(f"folded into store {Store.open(args.store).root}: "
+              + ", ".join(f"{b} +{n} records" for b, n in added.items()))  # fmt: skip
+
+
+def _cmd_doctor(args):
+    from .doctor import report
+
+    print(report())
+
+
 def _cmd_store(args):
     from . import exchange
     from .store import Store
@@ -326,7 +405,8 @@ def main(argv=None) -> int:
     """Run the `resaware` command with `argv` (default: the process's); returns the exit code."""
     args = _parser().parse_args(argv)
     handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "record": _cmd_record, "tune": _cmd_tune, "compile": _cmd_compile,
-               "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve}[args.command]  # fmt: skip
+               "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve,
+               "candidates": _cmd_candidates, "doctor": _cmd_doctor}[args.command]  # fmt: skip
     try:
         handler(args)
     except (ResawareError, BudgetError) as error:

@@ -65,8 +65,18 @@ class CompiledModel:
 
         from .quiet import native_stderr
 
+        self._vm = None
+        if info.get("target_kind") == "cuda":
+            from . import cuda
+
+            if cuda.detect() is None:  # built here for a GPU elsewhere: exportable, not runnable
+                return
+            device = tvm.cuda(0)
+        else:
+            device = tvm.cpu()
+        self.device = device
         with native_stderr():  # one "Scope Loaded" line per kernel otherwise
-            self._vm = VirtualMachine(module, tvm.cpu())
+            self._vm = VirtualMachine(module, device)
 
     @property
     def inputs(self) -> list[dict]:
@@ -114,8 +124,17 @@ class CompiledModel:
         """Run once; returns every output as a NumPy array, in output order."""
         import tvm
 
-        tensors = [tvm.runtime.tensor(a) for a in self._arrays(args, kwargs)]
+        self.require_device()
+        tensors = [tvm.runtime.tensor(a, device=self.device) for a in self._arrays(args, kwargs)]
         return _flatten(self._vm["main"](*tensors))
+
+    def require_device(self) -> None:
+        """Raise a clear error when this machine cannot run the module (CUDA built here, no GPU)."""
+        if self._vm is None:
+            raise ResawareError(
+                f"this module is built for CUDA {self.info.get('arch')} and this machine has no GPU: copy it "
+                "(with its .resaware.json) to the GPU machine and run it there"
+            )
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Seeded random inputs of the right shapes and dtypes (as `Model.random_inputs` makes them)."""
@@ -145,6 +164,13 @@ class CompiledModel:
         """Latency in a fresh process confined to `budget` (default: the budget it was compiled for)."""
         budget = Budget.parse(budget if budget is not None else (self.budget or 1.0))
         from .confine import usable_cores
+
+        if self.info.get("target_kind") == "cuda":
+            self.require_device()
+            raise ResawareError(
+                "timing a CUDA module at a budget needs an MPS client process: measure its kernels with "
+                "`python -m resaware.measure_built` (see benchmarks/gpu_check.py)"
+            )
 
         share = budget.cpu(usable_cores())
         with tempfile.TemporaryDirectory() as tmp:
@@ -219,6 +245,14 @@ def load(path: str | os.PathLike) -> CompiledModel:
         raise ResawareError(f"compiled module {path!r} does not exist: write one with `resaware compile MODEL -o PATH`")
     from .quiet import native_stderr
 
+    info = {}
+    if os.path.exists(path + SIDECAR):
+        with open(path + SIDECAR) as f:
+            info = json.load(f)
+    if info.get("target_kind") == "cuda":
+        from . import cuda
+
+        cuda.load_runtime()  # its kernels load through TVM's CUDA runtime, GPU or not
     try:
         with native_stderr():
             module = tvm.runtime.load_module(path)
@@ -226,11 +260,7 @@ def load(path: str | os.PathLike) -> CompiledModel:
         raise ResawareError(
             f"{path!r} is not a compiled TVM module ({str(error).strip().splitlines()[-1][:200]})"
         ) from None
-    info = {}
-    if os.path.exists(path + SIDECAR):
-        with open(path + SIDECAR) as f:
-            info = json.load(f)
-    else:
+    if not info:
         print(
             f"resaware: {path + SIDECAR} is missing: inputs are not checked and provenance is unknown", file=sys.stderr
         )

@@ -65,13 +65,18 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
 
 
 def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None,  # noqa: A001
-            allow_mismatch: bool = False) -> CompiledModel:  # fmt: skip
+            allow_mismatch: bool = False, arch: str | None = None) -> CompiledModel:  # fmt: skip
     """Compile `model` for `budget` with the store's records; never tunes or measures. Records of
-    other hardware are refused unless `allow_mismatch` (see `Store.slots_for`)."""
+    other hardware are refused unless `allow_mismatch` (see `Store.slots_for`).
+
+    `target="cuda"` builds with nvcc for the GPU here, else for `arch` (default sm_90), with no GPU needed.
+    """
+    if target == "cuda":
+        return _compile_cuda(resolve(model, shapes), Budget.parse(budget), Store.open(store), arch, allow_mismatch)
     if target != "llvm":
-        raise ResawareError(
-            f"target {target!r} is not supported yet: use --target llvm (CUDA budgets come with the CUDA work)"
-        )
+        raise ResawareError(f"target {target!r} is not one resaware compiles for: use llvm (CPU) or cuda")
+    if arch is not None:
+        raise ResawareError("--arch names a CUDA architecture: use it with --target cuda")
     started = time.monotonic()
     intrinsics.register("llvm")
     model = resolve(model, shapes)
@@ -136,4 +141,66 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         "default_tasks": len(untuned),
         "compile_seconds": round(time.monotonic() - started, 2),
     }
+    return CompiledModel(executable, info)
+
+
+def _cuda_slots(store: Store, gpu, arch: str, allow_mismatch: bool) -> list[Slot]:
+    """The CUDA budgets to compile from: this GPU's; with no GPU here, those measured on GPUs of `arch`."""
+    if gpu is not None:
+        hw = hardware.Hardware.for_gpu(gpu.name, gpu.sms, gpu.arch, str(tvm.__version__))
+        return store.slots_for(hw, "cuda", allow_mismatch)
+    slots = [s for s in store.slots(kind="cuda") if s.hardware.gpu_arch == arch]
+    gpus = sorted({s.hardware.id for s in slots})
+    if len(gpus) > 1:
+        slots = [s for s in slots if s.hardware.id == gpus[0]]
+        _say(f"warning: records of {len(gpus)} {arch} GPUs in the store; using {gpus[0]}'s")
+    return slots
+
+
+def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_mismatch: bool) -> CompiledModel:
+    """The CUDA half of `compile`: records of the nearest MPS share, TVM's dlight defaults for the rest."""
+    from . import cuda
+
+    started = time.monotonic()
+    cuda.prepare_build()
+    gpu = cuda.detect()
+    tvm_target = cuda.target(arch)
+    arch = str(tvm_target.attrs["arch"])
+    fraction = budget.mps_percentage / 100
+    if gpu is None:
+        _say(f"no GPU here: building for {arch} with nvcc; run the module on a GPU of that architecture")
+    where = f"the {gpu.name} here" if gpu else arch
+    slot = nearest(_cuda_slots(store, gpu, arch, allow_mismatch), fraction)
+    if slot is None:
+        _say(
+            f"warning: store {store.root} has no CUDA records for {arch}; every kernel gets TVM's default GPU schedule"
+        )
+    else:
+        _say(f"compiling for {budget} of {where} with records measured at {slot.fraction:.0%} "
+             f"({slot.key}) on {slot.hardware.describe()}")  # fmt: skip
+    lowered = lower(model, tvm_target)
+    tasks = extract(model, tvm_target, lowered)
+    database = slot.database() if slot is not None else ms.database.MemoryDatabase()
+    stats = slot.stats(database) if slot is not None else {}
+    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    if untuned:
+        _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get TVM's dlight schedules")
+    with tvm_target, database:
+        scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(lowered)
+    scheduled = cuda.default_schedules(scheduled, tvm_target)
+    with tvm_target:  # TVM's nvcc callback reads the arch from the current target
+        executable = tvm.compile(scheduled, target=tvm_target)
+    info = {
+        "model": model.name, "model_digest": model.digest, "inputs": [s.to_json() for s in model.inputs],
+        "outputs": model.outputs, "budget": str(budget), "realised": fraction, "target_kind": "cuda", "arch": arch,
+        "gpu": gpu.name if gpu else None,
+        "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
+        "tuned_slot": slot.key if slot is not None else None,
+        "tuned_fraction": slot.fraction if slot is not None else None,
+        "tuned_on": slot.hardware.id if slot is not None else None,
+        "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
+        "hardware": slot.hardware.id if slot is not None else None, "tvm_version": str(tvm.__version__),
+        "target": hardware.target_json(tvm_target), "tasks": len(tasks), "tuned_tasks": len(tasks) - len(untuned),
+        "default_tasks": len(untuned), "compile_seconds": round(time.monotonic() - started, 2),
+    }  # fmt: skip
     return CompiledModel(executable, info)

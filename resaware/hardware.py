@@ -19,6 +19,10 @@ _ISA_FLAGS = (
 )  # fmt: skip
 
 
+# CUDA kernels run as fast whatever CPU launches them, so GPU hardware leaves the CPU fields at this.
+GPU_HOST = "any"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What a store's records were measured on. `id` is derived from the fields that matter."""
@@ -33,6 +37,12 @@ class Hardware:
     gpu_sms: int | None = None
     gpu_arch: str | None = None
 
+    @classmethod
+    def for_gpu(cls, name: str, sms: int, arch: str, tvm_version: str, machine: str | None = None) -> Hardware:
+        """The hardware CUDA records are keyed by: the GPU, not the CPU that launches its kernels."""
+        return cls(cpu_model=GPU_HOST, mcpu=GPU_HOST, isa=(), usable_cores=0, tvm_version=tvm_version,
+                   machine=machine or platform.machine(), gpu_name=name, gpu_sms=int(sms), gpu_arch=arch)  # fmt: skip
+
     @property
     def id(self) -> str:
         """Store directory name: readable prefix plus a hash of everything that changes speed."""
@@ -40,6 +50,8 @@ class Hardware:
         if self.gpu_name:
             keyed += [self.gpu_name, str(self.gpu_sms), str(self.gpu_arch)]
         digest = hashlib.sha256("|".join(keyed).encode()).hexdigest()[:10]
+        if self.cpu_model == GPU_HOST:
+            return f"{_slug(self.gpu_name)}-{self.gpu_arch}-{digest}"
         return f"{_slug(self.cpu_model)}-{self.mcpu}-{digest}"
 
     def to_json(self) -> dict:
@@ -80,6 +92,8 @@ class Hardware:
     def describe(self) -> str:
         """CPU model, LLVM mcpu, usable cores, GPU and TVM version in one line."""
         gpu = f", GPU {self.gpu_name} ({self.gpu_sms} SMs)" if self.gpu_name else ""
+        if self.cpu_model == GPU_HOST:
+            return f"{self.gpu_name} ({self.gpu_arch}, {self.gpu_sms} SMs), TVM {self.tvm_version}"
         return f"{self.cpu_model} ({self.mcpu}, {self.usable_cores} usable cores{gpu}), TVM {self.tvm_version}"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -155,6 +156,38 @@ def parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _identifier(name: str) -> str:
+    """`name` as a C identifier: TVM's CUDA codegen writes input names into kernel signatures as they are
+    (ResNet-50's `gpu_0/data_0` breaks nvcc); TVM's importer only replaces dots."""
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return text if text[:1].isalpha() or text[:1] == "_" else f"input_{text}"
+
+
+def _identifier_inputs(proto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy of `proto` whose graph inputs are C identifiers (inputs are fed by position, so nothing
+    outside the imported module sees the new names; buffer names do not change workload hashes)."""
+    taken = {i.name for i in proto.graph.input} | {n for node in proto.graph.node for n in node.output}
+    bad = {}
+    for value in proto.graph.input:
+        if _identifier(value.name) != value.name:
+            new, suffix = _identifier(value.name), 1
+            while new in taken:
+                new, suffix = f"{_identifier(value.name)}_{suffix}", suffix + 1
+            bad[value.name] = new
+            taken.add(new)
+    if not bad:
+        return proto, bad
+    copy = type(proto)()
+    copy.CopyFrom(proto)
+    for value in copy.graph.input:
+        value.name = bad.get(value.name, value.name)
+    for node in copy.graph.node:
+        node.input[:] = [bad.get(n, n) for n in node.input]
+    for output in copy.graph.output:
+        output.name = bad.get(output.name, output.name)
+    return copy, bad
+
+
 def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
     """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes."""
     from tvm.relax.frontend.onnx import from_onnx
@@ -171,7 +204,8 @@ def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, n
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            mod = from_onnx(proto, shape_dict={s.name: list(s.shape) for s in specs}, opset=opset)
+            renamed, names = _identifier_inputs(proto)
+            mod = from_onnx(renamed, shape_dict={names.get(s.name, s.name): list(s.shape) for s in specs}, opset=opset)
         except Exception as error:
             first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
             raise ResawareError(f"TVM could not import the model: {first}") from None

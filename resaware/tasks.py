@@ -11,6 +11,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from . import confine, hardware, intrinsics
 from .budget import Budget
+from .errors import ResawareError
 from .model import Model, resolve
 
 
@@ -62,8 +63,16 @@ def extract(model: Model, target, lowered: tvm.IRModule | None = None) -> list[T
     return sorted(tasks, key=lambda t: (-t.weight * t.flops, t.name))
 
 
-def of(model, budget="100%") -> list[Task]:
-    """The tasks of `model` (a Model, path or `zoo:` name) for the LLVM target of a CPU budget on this machine."""
+def of(model, budget="100%", target: str = "llvm", arch: str | None = None) -> list[Task]:
+    """The tasks of `model` (a Model, path or `zoo:` name) for the LLVM target of a CPU budget on this
+    machine, or for CUDA (`target="cuda"`: this GPU's arch, else `arch` or sm_90; no GPU needed)."""
+    if target == "cuda":
+        from . import cuda
+
+        cuda.prepare_build()
+        return extract(resolve(model), cuda.target(arch))
+    if target != "llvm":
+        raise ResawareError(f"target {target!r} is not one resaware tunes for: use llvm (CPU) or cuda")
     intrinsics.register("llvm")  # else the first extraction imports every backend's tensor intrinsics
     share = Budget.parse(budget).cpu(confine.usable_cores())
     return extract(resolve(model), hardware.llvm_target(share.count))

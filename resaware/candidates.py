@@ -1,0 +1,234 @@
+"""Candidates built on one machine, measured on another, folded into the store.
+
+    build(model, "cuda", DIR)        here, with the compiler (nvcc for CUDA; no GPU needed)
+    measure_built DIR --budgets ...  there, with the TVM runtime alone (`resaware.measure_built`)
+    fold(DIR, store)                 here or there: the timings become the budgets' records
+
+DIR holds one shared library per candidate and `manifest.json`: the target, the tasks (weight, FLOPs,
+workload), and per candidate its MetaSchedule trace and argument shapes. The candidates are samples
+of MetaSchedule's design space for the target (its CUDA rules for `cuda`), the same for every budget,
+so one measuring run times each at every budget. This is TVM RPC's split of host and device done in
+one batch, for a GPU machine that is lent for minutes and a build machine that has no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import ResawareError
+from .measure_built import MANIFEST, TIMINGS
+
+_worker_kind: str | None = None
+
+
+def _plain(value):
+    """A TVM FFI value (Array, Map, String, numbers) as plain JSON-able Python, booleans as 0/1 as
+    TVM's own JSON writer spells them (so traces compare equal to the store's)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (str, int, float)) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "__iter__"):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _init_worker(kind: str) -> None:
+    global _worker_kind
+    _worker_kind = kind
+    if kind == "cuda":
+        from . import cuda
+
+        cuda.prepare_build()
+    else:
+        from . import intrinsics
+
+        intrinsics.register(kind)
+
+
+def _build_one(mod_json: str, target_json: str, path: str) -> str | None:
+    """Compile one scheduled module and export it; the error text if it does not build."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    try:
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
+        target = tvm.target.Target(json.loads(target_json))
+        with target:  # TVM's nvcc callback reads the arch from the current target
+            tvm.compile(mod, target=target).export_library(path)
+    except Exception as error:
+        return str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+    return None
+
+
+def sample(task, target, count: int, seed: int) -> list:
+    """`count` distinct schedules of `task` from MetaSchedule's design space (postprocessed, so each
+    builds), as MeasureCandidates."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from . import quiet
+
+    context = ms.TuneContext(
+        mod=task.mod, target=target, space_generator="post-order-apply",
+        search_strategy=ms.search_strategy.ReplayTrace(), task_name=task.name, rand_state=seed, num_threads=1,
+    )  # fmt: skip
+    with quiet.native_stderr():
+        spaces = context.generate_design_space()
+    context.pre_tuning(max_trials=count, num_trials_per_iter=count, design_spaces=spaces)
+    found = context.generate_measure_candidates() or []
+    context.post_tuning()
+    return found
+
+
+def build(model, kind: str, directory: str | os.PathLike, per_task: int = 16, top: int | None = None,
+          arch: str | None = None, seed: int = 0, workers: int | None = None, defaults: bool = False) -> dict:  # fmt: skip
+    """Sample `per_task` candidates of each of the `top` heaviest tasks of `model` (all by default) for
+    `kind` (`cuda` or `llvm`), build each into `directory`, and write its manifest. With `defaults`
+    (CUDA), each task's dlight default schedule is built too (`tK-default`, a baseline never folded)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from . import confine, hardware
+    from .model import resolve
+    from .tasks import extract
+
+    if kind == "cuda":
+        from . import cuda
+
+        cuda.prepare_build()
+        target = cuda.target(arch)
+    elif kind == "llvm":
+        from . import intrinsics
+
+        intrinsics.register("llvm")
+        target = hardware.llvm_target(len(confine.usable_cores()))
+    else:
+        raise ResawareError(f"target {kind!r} is not one resaware builds for: give cuda or llvm")
+    directory = Path(directory)
+    if (directory / MANIFEST).exists():
+        raise ResawareError(f"{directory} already holds candidates: give an empty or new directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    model = resolve(model)
+    tasks = extract(model, target)[:top]
+    target_json = json.dumps(_plain(target.export()))
+    manifest = {
+        "format": 1, "model": model.name, "kind": kind, "device": "cuda" if kind == "cuda" else "cpu",
+        "target": _plain(target.export()), "target_json": hardware.target_json(target), "tvm_version": str(tvm.__version__),
+        "tasks": [], "candidates": [],
+    }  # fmt: skip
+    jobs = []
+    for ti, task in enumerate(tasks):
+        manifest["tasks"].append({"name": task.name, "weight": task.weight, "flops": task.flops,
+                                  "workload": tvm.ir.save_json(task.mod)})  # fmt: skip
+        workload = ms.database.Workload(task.mod)
+        for ci, candidate in enumerate(sample(task, target, per_task, seed + ti)):
+            cid = f"t{ti}-c{ci}"
+            record = ms.database.TuningRecord(candidate.sch.trace, workload, None, target, candidate.args_info)
+            manifest["candidates"].append({
+                "id": cid, "task": ti, "file": f"{cid}.so", "record": _plain(record.as_json()),
+                "args": [_plain(info.as_json()) for info in candidate.args_info],
+            })  # fmt: skip
+            jobs.append((tvm.ir.save_json(candidate.sch.mod), target_json, str(directory / f"{cid}.so")))
+        if defaults and kind == "cuda":
+            cid = f"t{ti}-default"
+            manifest["candidates"].append({"id": cid, "task": ti, "file": f"{cid}.so", "record": None,
+                                           "args": [_plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])]})  # fmt: skip
+            jobs.append(
+                (tvm.ir.save_json(cuda.default_schedules(task.mod, target)), target_json, str(directory / f"{cid}.so"))
+            )
+    # TVM's pool starts fresh interpreters (TVM does not survive fork) without re-running __main__.
+    pool = PopenPoolExecutor(max_workers=workers or len(confine.usable_cores()), timeout=300,
+                             initializer=_init_worker, initargs=(kind,))  # fmt: skip
+    try:
+        futures = [pool.submit(_build_one, *job) for job in jobs]
+        errors = []
+        for future in futures:
+            try:
+                errors.append(future.result())
+            except Exception as error:  # a worker that crashed or timed out fails its candidate
+                errors.append(f"build failed: {str(error).strip()[:300]}")
+    finally:
+        pool.shutdown()
+    failed = [(c, e) for c, e in zip(manifest["candidates"], errors) if e is not None]
+    manifest["candidates"] = [c for c, e in zip(manifest["candidates"], errors) if e is None]
+    manifest["build_failures"] = {c["id"]: e for c, e in failed}
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if failed:
+        print(f"resaware: {len(failed)} of {len(jobs)} candidates did not build (see {MANIFEST})", file=sys.stderr)
+    return manifest
+
+
+def _hardware(manifest: dict, timings: dict):
+    """The store hardware the timings belong to: the GPU for CUDA, the measuring CPU otherwise."""
+    from .hardware import Hardware
+
+    machine = timings["hardware"]
+    if manifest["kind"] == "cuda":
+        return Hardware.for_gpu(machine["gpu_name"], machine["gpu_sms"], machine["gpu_arch"],
+                                manifest["tvm_version"], machine.get("machine"))  # fmt: skip
+    return Hardware(
+        cpu_model=machine["cpu_model"], mcpu=manifest["target"].get("mcpu", "generic"),
+        isa=tuple(machine.get("isa", ())), usable_cores=machine["usable_cores"],
+        tvm_version=manifest["tvm_version"], machine=machine["machine"],
+    )  # fmt: skip
+
+
+def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
+    """Add the measured candidates of `directory` to the store, one slot per budget measured (a
+    candidate the slot already holds is skipped), retrain each budget's cost model; records added per budget."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from .exchange import _identities
+    from .store import FAILED, Store
+    from .tasks import Task
+
+    directory = Path(directory)
+    if not (directory / TIMINGS).exists():
+        raise ResawareError(f"{directory} has no {TIMINGS}: measure it first (python -m resaware.measure_built)")
+    manifest = json.loads((directory / MANIFEST).read_text())
+    timings = json.loads((directory / TIMINGS).read_text())
+    if manifest["tvm_version"] != timings.get("tvm_version", manifest["tvm_version"]):
+        raise ResawareError("the candidates were measured with another TVM version than they were built with")
+    store = Store.open(store)
+    hardware = _hardware(manifest, timings)
+    mods = [tvm.ir.load_json(t["workload"]) for t in manifest["tasks"]]
+    tasks = [Task(t["name"], t["weight"], t["flops"], mod) for t, mod in zip(manifest["tasks"], mods)]
+    added = {}
+    for budget, entry in timings["budgets"].items():
+        slot = store.slot(hardware, manifest["kind"], entry["key"], entry["fraction"], manifest["target_json"])
+        slot.commit_workloads(mods)
+        database = slot.shared_database()
+        workloads = [database.commit_workload(mod) for mod in mods]
+        hashes = [str(tvm_ffi.structural_hash(mod)) for mod in mods]  # as the workload file spells them
+        with slot.records_locked():
+            _, existing = _identities(slot)
+        seen = {candidate for candidate, _ in existing}
+        count = 0
+        for candidate in manifest["candidates"]:
+            result = entry["results"].get(candidate["id"])
+            if result is None or candidate["record"] is None:
+                continue
+            record = ms.database.TuningRecord.from_json(candidate["record"], workloads[candidate["task"]])
+            trace = json.dumps(candidate["record"][0], separators=(",", ":"), sort_keys=True)
+            identity = (hashes[candidate["task"]], trace)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            secs = result.get("secs") or [FAILED]
+            database.commit_tuning_record(
+                ms.database.TuningRecord(record.trace, record.workload, secs, record.target, record.args_info)
+            )
+            count += 1
+        slot.remember_tasks(tasks, manifest["model"])
+        if count:
+            slot.rebuild_cost_model()
+        added[budget] = count
+    return added

@@ -1,0 +1,30 @@
+"""`resaware doctor` on this machine: CPU, the budgets it realises, GPU (none here), nvcc, TVM."""
+
+from __future__ import annotations
+
+from conftest import run_cli
+
+from resaware import confine, cuda
+from resaware.budget import Budget
+
+
+def test_doctor_reports_what_this_machine_can_do():
+    done = run_cli("doctor")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    labels = [line.split()[0] for line in lines if line and not line.startswith(" ")]
+    assert labels == ["CPU", "GPU", "TVM", "nvcc"]
+    usable = confine.usable_cores()
+    assert f"{len(usable)} usable" in done.stdout
+    for text in ("50%", "100%"):
+        share = Budget.parse(text).cpu(usable)
+        assert f"{text} -> {share.count} core" in done.stdout and f"x{share.max_concurrency} at once" in done.stdout
+    assert "USE_CUDA=ON" in done.stdout
+    if cuda.detect() is None:
+        assert "GPU        none" in done.stdout and "sm_90" in done.stdout
+    else:
+        assert "MPS" in done.stdout and "SMs" in done.stdout
+    if cuda.nvcc_path() is None:
+        assert "nvcc       not found" in done.stdout
+    else:
+        assert "nvcc       " + cuda.nvcc_path() in done.stdout
