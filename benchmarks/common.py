@@ -43,19 +43,13 @@ def write(out: Path, name: str, data: dict, table: str, command: str) -> None:
 def sample_candidates(model: str, target, per_task: int, tasks: int = 1) -> list[tuple[str, list]]:
     """Real candidates without tuning: (task name, scheduled modules) for the model's `tasks`
     heaviest kernels, `per_task` seeded samples of each one's design space."""
-    from tvm.s_tir import meta_schedule as ms
-
     import resaware
     from resaware import intrinsics
+    from resaware.candidates import sample
     from resaware.tasks import extract
 
     intrinsics.register("llvm")
     found = []
     for task in extract(resaware.load_onnx(model), target)[:tasks]:
-        context = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                                 search_strategy=ms.search_strategy.ReplayTrace(), rand_state=0, num_threads=1)  # fmt: skip
-        context.pre_tuning(
-            max_trials=per_task, num_trials_per_iter=per_task, design_spaces=context.generate_design_space()
-        )
-        found.append((task.name, [c.sch.mod for c in context.generate_measure_candidates()[:per_task]]))
+        found.append((task.name, [c.sch.mod for c in sample(task, target, per_task, seed=0)[:per_task]]))
     return found

@@ -72,9 +72,9 @@ def table(cells: dict[str, dict[str, float]]) -> str:
     columns = list(next(iter(cells.values())))
     best = {c: min((v[c] for v in cells.values() if v[c] == v[c]), default=float("nan")) for c in columns}
     corner = "tuned at \\ run at"
-    lines = [f"{corner:<20}" + "".join(f"{c:>20}" for c in columns)]
+    lines = [f"{corner:<22}" + "".join(f"{c:>20}" for c in columns)]
     for row, values in cells.items():
-        lines.append(f"{row:<20}" + "".join(f"{values[c]:>11.4f} ms {values[c] / best[c]:>5.2f}x" for c in columns))
+        lines.append(f"{row:<22}" + "".join(f"{values[c]:>11.4f} ms {values[c] / best[c]:>5.2f}x" for c in columns))
     return "\n".join(lines)
 
 
@@ -112,6 +112,10 @@ def measure(args) -> None:
         print(f"{budget} ({entry['key']}): {ok}/{len(entry['results'])} timed in {entry['seconds']} s", flush=True)
     chosen = picks(manifest, timings)
     rows = {f"tuned at {b}": chosen[b] for b in budgets}
+    if manifest.get("rounds"):  # combined rounds: what round 1 alone would have picked, for comparison
+        first = picks({**manifest, "candidates": [c for c in manifest["candidates"] if c["id"].startswith("r1-")]},
+                      timings)  # fmt: skip
+        rows.update({f"{b}, round 1 only": first[b] for b in budgets})
     defaults = {c["task"]: c["id"] for c in manifest["candidates"] if c["record"] is None}
     if defaults:
         rows["dlight default"] = defaults
@@ -164,12 +168,38 @@ def build(args) -> None:
     """The build half: sample and build the candidates (no GPU needed)."""
     from resaware import candidates
 
+    guide = None
+    if args.guide_store:  # the next round: the evolutionary search of a measured budget's cost model
+        from resaware.store import Store
+
+        wanted = Budget.parse(args.guide_budget).mps_percentage
+        (guide,) = [s for s in Store.open(args.guide_store).slots(kind=args.kind) if s.key == f"mps-{wanted}"]
     started = time.monotonic()
     manifest = candidates.build(args.model, args.kind, args.dir, per_task=args.per_task, top=args.top,
-                                arch=args.arch, seed=args.seed, defaults=True)  # fmt: skip
+                                arch=args.arch, seed=args.seed, defaults=guide is None, guide=guide)  # fmt: skip
     size = sum(f.stat().st_size for f in Path(args.dir).iterdir())
     print(f"built {len(manifest['candidates'])} candidates of {len(manifest['tasks'])} tasks into {args.dir} "
           f"({size / 2**20:.1f} MiB) in {time.monotonic() - started:.0f} s")  # fmt: skip
+
+
+def combine(args) -> None:
+    """One candidate directory from several rounds (same model and tasks), ids prefixed by round."""
+    into = Path(args.into)
+    into.mkdir(parents=True, exist_ok=False)
+    merged = None
+    for number, directory in enumerate(map(Path, args.dirs), 1):
+        manifest = json.loads((directory / measure_built.MANIFEST).read_text())
+        if merged is None:
+            merged = {**manifest, "candidates": [], "rounds": []}
+        elif [t["workload"] for t in manifest["tasks"]] != [t["workload"] for t in merged["tasks"]]:
+            raise SystemExit(f"{directory} holds other tasks than {args.dirs[0]}: rounds of one model only")
+        merged["rounds"].append(str(directory))
+        for candidate in manifest["candidates"]:
+            cid = f"r{number}-{candidate['id']}"
+            shutil.copy(directory / candidate["file"], into / f"{cid}.so")
+            merged["candidates"].append({**candidate, "id": cid, "file": f"{cid}.so"})
+    (into / measure_built.MANIFEST).write_text(json.dumps(merged, indent=1) + "\n")
+    print(f"combined {len(merged['candidates'])} candidates of {len(args.dirs)} rounds into {into}")
 
 
 def bundle(args) -> None:
@@ -216,6 +246,11 @@ def main() -> None:
     p.add_argument("--per-task", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dir", required=True)
+    p.add_argument("--guide-store", help="a store with measured records: build the search's next picks from it")
+    p.add_argument("--guide-budget", default="100%", help="whose cost model guides (with --guide-store)")
+    p = sub.add_parser("combine", help="merge candidate directories of several rounds into one")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--into", required=True)
     p = sub.add_parser("bundle", help="tvm_ffi and the runtime libraries for the GPU machine")
     p.add_argument("--into", required=True)
     p.add_argument("--python", default="3.12", help="the GPU machine's Python version")
@@ -231,7 +266,7 @@ def main() -> None:
     p.add_argument("--sharing", default="auto", choices=["auto", "mps", "none"])
     p.add_argument("--out", help="where gpu_check.json/.md go (default: here)")
     args = parser.parse_args()
-    {"build": build, "bundle": bundle, "measure": measure}[args.half](args)
+    {"build": build, "combine": combine, "bundle": bundle, "measure": measure}[args.half](args)
 
 
 if __name__ == "__main__":

@@ -66,30 +66,41 @@ def _build_one(mod_json: str, target_json: str, path: str) -> str | None:
     return None
 
 
-def sample(task, target, count: int, seed: int) -> list:
-    """`count` distinct schedules of `task` from MetaSchedule's design space (postprocessed, so each
-    builds), as MeasureCandidates."""
+def sample(task, target, count: int, seed: int, database=None, cost_model=None) -> list:
+    """`count` schedules of `task` (postprocessed, so each builds), as MeasureCandidates: random samples
+    of MetaSchedule's design space, or, given a budget's `database` and trained `cost_model`, the picks
+    of MetaSchedule's evolutionary search from them (as a tuner's next batch would be)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from . import quiet
+    from . import confine, quiet
+    from .search import _search
 
+    guided = database is not None and getattr(cost_model, "booster", None) is not None
+    strategy = _search(count) if guided else ms.search_strategy.ReplayTrace()
     context = ms.TuneContext(
-        mod=task.mod, target=target, space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.ReplayTrace(), task_name=task.name, rand_state=seed, num_threads=1,
+        mod=task.mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+        task_name=task.name, rand_state=seed, num_threads=len(confine.usable_cores()) if guided else 1,
     )  # fmt: skip
     with quiet.native_stderr():
         spaces = context.generate_design_space()
-    context.pre_tuning(max_trials=count, num_trials_per_iter=count, design_spaces=spaces)
-    found = context.generate_measure_candidates() or []
+        if guided:
+            context.pre_tuning(max_trials=count, num_trials_per_iter=count, design_spaces=spaces,
+                               database=database, cost_model=cost_model)  # fmt: skip
+        else:
+            context.pre_tuning(max_trials=count, num_trials_per_iter=count, design_spaces=spaces)
+        found = context.generate_measure_candidates() or []
     context.post_tuning()
     return found
 
 
 def build(model, kind: str, directory: str | os.PathLike, per_task: int = 16, top: int | None = None,
-          arch: str | None = None, seed: int = 0, workers: int | None = None, defaults: bool = False) -> dict:  # fmt: skip
+          arch: str | None = None, seed: int = 0, workers: int | None = None, defaults: bool = False,
+          guide=None) -> dict:  # fmt: skip
     """Sample `per_task` candidates of each of the `top` heaviest tasks of `model` (all by default) for
     `kind` (`cuda` or `llvm`), build each into `directory`, and write its manifest. With `defaults`
-    (CUDA), each task's dlight default schedule is built too (`tK-default`, a baseline never folded)."""
+    (CUDA), each task's dlight default schedule is built too (`tK-default`, a baseline never folded).
+    With `guide` (a store Slot with a trained cost model) the candidates are the evolutionary search's
+    next picks for that budget instead of random samples."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
     from tvm.support.popen_pool import PopenPoolExecutor
@@ -123,11 +134,13 @@ def build(model, kind: str, directory: str | os.PathLike, per_task: int = 16, to
         "tasks": [], "candidates": [],
     }  # fmt: skip
     jobs = []
+    database = guide.database() if guide is not None else None
+    cost_model = guide.load_cost_model(1) if guide is not None and guide.cost_model_file.exists() else None
     for ti, task in enumerate(tasks):
         manifest["tasks"].append({"name": task.name, "weight": task.weight, "flops": task.flops,
                                   "workload": tvm.ir.save_json(task.mod)})  # fmt: skip
         workload = ms.database.Workload(task.mod)
-        for ci, candidate in enumerate(sample(task, target, per_task, seed + ti)):
+        for ci, candidate in enumerate(sample(task, target, per_task, seed + ti, database, cost_model)):
             cid = f"t{ti}-c{ci}"
             record = ms.database.TuningRecord(candidate.sch.trace, workload, None, target, candidate.args_info)
             manifest["candidates"].append({
@@ -232,3 +245,48 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
             slot.rebuild_cost_model()
         added[budget] = count
     return added
+
+
+def tune(model, kind: str, budgets, trials: int, store=None, per_round: int = 8, arch: str | None = None,
+         seed: int = 0, sharing: str = "auto") -> dict[str, int]:  # fmt: skip
+    """Tune on this machine by rounds of build, measure (with the runtime alone, in a child per budget)
+    and fold, until each budget's slot holds `trials` records of `model`'s tasks; the first round samples
+    at random, later ones follow the evolutionary search of the budget's cost model. This is how CUDA
+    budgets tune where the GPU is; split across machines it is `candidates build/measure/fold`.
+    Returns the records each budget holds."""
+    import shutil
+    import tempfile
+
+    from .budget import Budget
+    from .measure_built import measure
+    from .model import resolve
+    from .store import Store
+
+    model = resolve(model)
+    store = Store.open(store)
+    budgets = [Budget.parse(b) for b in budgets]
+    held = {}
+    for budget in budgets:
+        slot, round_ = None, 0
+        while True:
+            count = len(slot.database()) if slot is not None else 0
+            if count >= trials:
+                break
+            work = Path(tempfile.mkdtemp(prefix="resaware-round-"))
+            try:
+                build(model, kind, work / "c", per_task=per_round, arch=arch, seed=seed + 1000 * round_, guide=slot)
+                timings = measure(work / "c", [budget], sharing=sharing)
+                manifest = json.loads((work / "c" / MANIFEST).read_text())
+                entry = timings["budgets"][str(budget)]
+                added = fold(work / "c", store)[str(budget)]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            hardware = _hardware(manifest, timings)
+            slot = store.slot(hardware, kind, entry["key"], entry["fraction"], manifest["target_json"])
+            round_ += 1
+            print(f"resaware: {budget} round {round_}: +{added} records ({len(slot.database())} of {trials})",
+                  file=sys.stderr)  # fmt: skip
+            if added == 0:  # the search has nothing new to offer
+                break
+        held[str(budget)] = len(slot.database()) if slot is not None else 0
+    return held

@@ -106,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="clients tuning each budget at once, each measuring on its own partition (default 1)")  # fmt: skip
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
+    _target_args(p)
 
     p = _command(sub, "serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="the TVM RPC tracker to register with")
@@ -226,7 +227,12 @@ def _cmd_tune(args):
     budgets = Budget.parse_list(args.budgets) if args.budgets else None
     limit = parse_duration(args.time) if args.time else None
     concurrency = args.concurrency if args.concurrency == "auto" else _whole(args.concurrency, "--concurrency")
+    _check_arch(args)
     model = Plan.load(args.plan) if args.plan else _load_model(args)
+    if args.target == "cuda":
+        held = tune(model, budgets, args.trials, store=args.store, seed=args.seed, target="cuda", arch=args.arch)
+        print("\n".join(f"{budget}: {count} records" for budget, count in held.items()))
+        return
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())

@@ -348,9 +348,23 @@ def _concurrency(value, share: CpuShare) -> int:
     return value
 
 
+def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, int]:
+    from . import candidates, cuda
+
+    cuda.prepare_build()
+    if cuda.detect() is None:
+        raise ResawareError(
+            "tuning for CUDA measures on a GPU and this machine has none: build candidates here "
+            "(resaware candidates build MODEL --target cuda -o DIR), measure them where the GPU is "
+            "(python -m resaware.measure_built DIR --budgets ...) and fold them in (resaware candidates fold DIR)"
+        )
+    budgets = [budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets
+    return candidates.tune(resolve(model, shapes), "cuda", budgets, trials, store, arch=arch, seed=seed)
+
+
 def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
-         tracker: str | None = None) -> TuneReport:  # fmt: skip
+         tracker: str | None = None, target: str = "llvm", arch: str | None = None) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
     `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
@@ -359,7 +373,15 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     own partition of the budget's size (`auto`: as many as fit). With `tracker` ("HOST:PORT" of a TVM
     RPC tracker) candidates are measured on every server that `resaware serve` registered there for the
     budget, and stored under the servers' hardware. Reruns tune only the remainder.
+
+    `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
+    and returns the records each budget holds (`candidates.tune`); with no GPU here it says how to split
+    the work with a GPU machine instead.
     """
+    if target == "cuda":
+        return _tune_cuda(model, budgets, trials, store, seed, shapes, arch)
+    if target != "llvm":
+        raise ResawareError(f"target {target!r} is not one resaware tunes for: use llvm (CPU) or cuda")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import make_small_model, reference, relative_error, run_cli
 
 import resaware
@@ -88,3 +89,33 @@ def test_gpu_check_matrix_on_cpu_budgets(tmp_path):
     sharing = result["spatial_sharing"]
     assert sharing["clients"] == min(2, Budget.parse("50%").cpu(confine.usable_cores()).max_concurrency)
     assert "tuned at \\ run at" in done.stdout
+
+
+def test_tuning_by_rounds_follows_the_cost_model_after_the_first(small_model, small_path, tmp_path, capfd):
+    """The loop CUDA budgets tune by where the GPU is (build, measure with the runtime alone, fold),
+    run here on a CPU budget: round 1 samples at random, later rounds are the evolutionary search's
+    picks from the budget's cost model, and nothing is measured twice."""
+    store = tmp_path / "store"
+    held = candidates.tune(small_model, "llvm", ["50%"], trials=20, store=store, per_round=4)
+    assert held["50%"] >= 20
+    (slot,) = Store.open(store).slots()
+    records = slot.database().get_all_tuning_records()
+    assert len(records) == held["50%"] and len(set(map(str, (r.trace for r in records)))) == len(records)
+    assert slot.load_cost_model(1).data_size == len(records)
+    rounds = [line for line in capfd.readouterr().err.splitlines() if "50% round" in line]
+    assert len(rounds) >= 2
+    compiled = resaware.compile(small_model, budget="50%", store=store)
+    inputs = small_model.random_inputs(1)
+    (ref,) = reference(small_path, {s.name: a for s, a in zip(small_model.inputs, inputs)})
+    assert relative_error(compiled(*inputs)[0], ref) < 1e-4
+
+
+def test_tuning_for_cuda_without_a_gpu_says_how_to_split_the_work(small_path, tmp_path):
+    from resaware import cuda
+
+    if cuda.nvcc_path() is None or cuda.detect() is not None:
+        pytest.skip("the refusal is for a machine with nvcc and no GPU, like CI's")
+    done = run_cli("tune", small_path, "--shape", "x=1x3x16x16", "--budgets", "50%", "--trials", "8",
+                   "--target", "cuda", "--store", tmp_path)  # fmt: skip
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "resaware candidates build" in done.stderr and "measure_built" in done.stderr
