@@ -106,6 +106,7 @@ def measure(args) -> None:
     common = {"repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms, "sharing": args.sharing}
     timings = measure_built.measure(directory, budgets, **common)
     search_s = time.monotonic() - started
+    budgets = [b for b in budgets if b in timings["budgets"]]  # without MPS only 100% is measured
     shutil.copy(directory / measure_built.TIMINGS, out / "gpu_timings.json")
     for budget, entry in timings["budgets"].items():
         ok = sum(1 for r in entry["results"].values() if "secs" in r)
@@ -132,7 +133,7 @@ def measure(args) -> None:
               [{k: t[k] for k in ("name", "weight", "flops")} for t in manifest["tasks"]],
               "search_seconds": round(search_s, 1), "picks": chosen, "matrix_ms": cells}  # fmt: skip
     if args.clients > 1:
-        low = budgets[0]
+        low = min(budgets, key=lambda b: Budget.parse(b).fraction)
         started = time.monotonic()
         shared = measure_built.measure(directory, [low], clients=args.clients, output="shared.json", **common)
         alone = timings["budgets"][low]
@@ -172,8 +173,11 @@ def build(args) -> None:
     if args.guide_store:  # the next round: the evolutionary search of a measured budget's cost model
         from resaware.store import Store
 
-        wanted = Budget.parse(args.guide_budget).mps_percentage
-        (guide,) = [s for s in Store.open(args.guide_store).slots(kind=args.kind) if s.key == f"mps-{wanted}"]
+        wanted = f"mps-{Budget.parse(args.guide_budget).mps_percentage}"
+        found = [s for s in Store.open(args.guide_store).slots(kind=args.kind) if s.key == wanted]
+        if len(found) != 1:
+            raise SystemExit(f"{args.guide_store} holds {len(found)} {wanted} budgets: give a store with one")
+        (guide,) = found
     started = time.monotonic()
     manifest = candidates.build(args.model, args.kind, args.dir, per_task=args.per_task, top=args.top,
                                 arch=args.arch, seed=args.seed, defaults=guide is None, guide=guide)  # fmt: skip
@@ -257,7 +261,7 @@ def main() -> None:
     p = sub.add_parser("measure", help="measure on the GPU machine and print the matrix")
     p.add_argument("dir")
     p.add_argument("--budgets", default="25%,50%,100%")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, choices=range(1, 21), metavar="1..20")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--min-repeat-ms", type=int, default=20)
     p.add_argument(

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 from .measure_built import MANIFEST, TIMINGS
 
 _worker_kind: str | None = None
@@ -62,7 +62,7 @@ def _build_one(mod_json: str, target_json: str, path: str) -> str | None:
         with target:  # TVM's nvcc callback reads the arch from the current target
             tvm.compile(mod, target=target).export_library(path)
     except Exception as error:
-        return str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__
+        return last_line(error)
     return None
 
 
@@ -74,8 +74,9 @@ def sample(task, target, count: int, seed: int, database=None, cost_model=None) 
 
     from . import confine, quiet
     from .search import _search
+    from .store import trained
 
-    guided = database is not None and getattr(cost_model, "booster", None) is not None
+    guided = database is not None and trained(cost_model)
     strategy = _search(count) if guided else ms.search_strategy.ReplayTrace()
     context = ms.TuneContext(
         mod=task.mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
@@ -127,10 +128,11 @@ def build(model, kind: str, directory: str | os.PathLike, per_task: int = 16, to
     directory.mkdir(parents=True, exist_ok=True)
     model = resolve(model)
     tasks = extract(model, target)[:top]
-    target_json = json.dumps(_plain(target.export()))
+    target_spec = _plain(target.export())
+    target_json = json.dumps(target_spec)
     manifest = {
         "format": 1, "model": model.name, "kind": kind, "device": "cuda" if kind == "cuda" else "cpu",
-        "target": _plain(target.export()), "target_json": hardware.target_json(target), "tvm_version": str(tvm.__version__),
+        "target": target_spec, "target_json": hardware.target_json(target), "tvm_version": str(tvm.__version__),
         "tasks": [], "candidates": [],
     }  # fmt: skip
     jobs = []
@@ -208,8 +210,6 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
         raise ResawareError(f"{directory} has no {TIMINGS}: measure it first (python -m resaware.measure_built)")
     manifest = json.loads((directory / MANIFEST).read_text())
     timings = json.loads((directory / TIMINGS).read_text())
-    if manifest["tvm_version"] != timings.get("tvm_version", manifest["tvm_version"]):
-        raise ResawareError("the candidates were measured with another TVM version than they were built with")
     store = Store.open(store)
     hardware = _hardware(manifest, timings)
     mods = [tvm.ir.load_json(t["workload"]) for t in manifest["tasks"]]
@@ -217,43 +217,63 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
     added = {}
     for budget, entry in timings["budgets"].items():
         slot = store.slot(hardware, manifest["kind"], entry["key"], entry["fraction"], manifest["target_json"])
-        slot.commit_workloads(mods)
-        database = slot.shared_database()
-        workloads = [database.commit_workload(mod) for mod in mods]
-        hashes = [str(tvm_ffi.structural_hash(mod)) for mod in mods]  # as the workload file spells them
-        with slot.records_locked():
-            _, existing = _identities(slot)
-        seen = {candidate for candidate, _ in existing}
-        count = 0
-        for candidate in manifest["candidates"]:
-            result = entry["results"].get(candidate["id"])
-            if result is None or candidate["record"] is None:
-                continue
-            record = ms.database.TuningRecord.from_json(candidate["record"], workloads[candidate["task"]])
-            trace = json.dumps(candidate["record"][0], separators=(",", ":"), sort_keys=True)
-            identity = (hashes[candidate["task"]], trace)
-            if identity in seen:
-                continue
-            seen.add(identity)
-            secs = result.get("secs") or [FAILED]
-            database.commit_tuning_record(
-                ms.database.TuningRecord(record.trace, record.workload, secs, record.target, record.args_info)
-            )
-            count += 1
-        slot.remember_tasks(tasks, manifest["model"])
-        if count:
-            slot.rebuild_cost_model()
+        with slot.locked():  # one writer per budget: folding while a tuner writes it is refused in one line
+            slot.commit_workloads(mods)
+            database = slot.shared_database()
+            workloads = [database.commit_workload(mod) for mod in mods]
+            hashes = [str(tvm_ffi.structural_hash(mod)) for mod in mods]  # as the workload file spells them
+            with slot.records_locked():
+                _, existing = _identities(slot)
+            seen = {candidate for candidate, _ in existing}
+            count = 0
+            for candidate in manifest["candidates"]:
+                result = entry["results"].get(candidate["id"])
+                if result is None or candidate["record"] is None:
+                    continue
+                record = ms.database.TuningRecord.from_json(candidate["record"], workloads[candidate["task"]])
+                trace = json.dumps(candidate["record"][0], separators=(",", ":"), sort_keys=True)
+                identity = (hashes[candidate["task"]], trace)
+                if identity in seen:
+                    continue
+                seen.add(identity)
+                secs = result.get("secs") or [FAILED]
+                database.commit_tuning_record(
+                    ms.database.TuningRecord(record.trace, record.workload, secs, record.target, record.args_info)
+                )
+                count += 1
+            slot.remember_tasks(tasks, manifest["model"])
+            if count:
+                slot.rebuild_cost_model()
         added[budget] = count
     return added
+
+
+def _own_slot(store, kind: str, budget, arch: str | None):
+    """The slot this machine's measurements of `budget` go to, if the store has it already."""
+    from . import confine, hardware
+
+    if kind == "cuda":
+        import tvm
+
+        from . import cuda
+
+        gpu = cuda.detect()
+        if gpu is None or (arch is not None and cuda.check_arch(arch) != gpu.arch):
+            return None
+        hw = hardware.Hardware.for_gpu(gpu.name, gpu.sms, gpu.arch, str(tvm.__version__))
+        keys = {f"mps-{budget.mps_percentage}"} | ({"gpu-100"} if budget.fraction == 1.0 else set())
+    else:
+        hw, keys = hardware.detect(), {budget.cpu(confine.usable_cores()).key}
+    return next((s for s in store.slots(hw, kind) if s.key in keys), None)
 
 
 def tune(model, kind: str, budgets, trials: int, store=None, per_round: int = 8, arch: str | None = None,
          seed: int = 0, sharing: str = "auto") -> dict[str, int]:  # fmt: skip
     """Tune on this machine by rounds of build, measure (with the runtime alone, in a child per budget)
-    and fold, until each budget's slot holds `trials` records of `model`'s tasks; the first round samples
-    at random, later ones follow the evolutionary search of the budget's cost model. This is how CUDA
-    budgets tune where the GPU is; split across machines it is `candidates build/measure/fold`.
-    Returns the records each budget holds."""
+    and fold, until each budget holds `trials` records of `model`'s tasks. Rounds follow the evolutionary
+    search of the budget's cost model once it is trained (a rerun continues from it); before that they
+    sample at random. This is how CUDA budgets tune where the GPU is; split across machines it is
+    `candidates build/measure/fold`. Returns the records of the model's tasks each budget holds."""
     import shutil
     import tempfile
 
@@ -265,28 +285,49 @@ def tune(model, kind: str, budgets, trials: int, store=None, per_round: int = 8,
     model = resolve(model)
     store = Store.open(store)
     budgets = [Budget.parse(b) for b in budgets]
+    if not budgets:
+        raise ResawareError("no budget given: e.g. --budgets 25%,100%")
     held = {}
     for budget in budgets:
-        slot, round_ = None, 0
-        while True:
-            count = len(slot.database()) if slot is not None else 0
+        slot = _own_slot(store, kind, budget, arch)
+        hashes = None  # the model's workloads, known after the first build
+        for round_ in range(1, trials + 2):
+            count = _model_records(slot, hashes)
             if count >= trials:
                 break
             work = Path(tempfile.mkdtemp(prefix="resaware-round-"))
             try:
-                build(model, kind, work / "c", per_task=per_round, arch=arch, seed=seed + 1000 * round_, guide=slot)
+                manifest = build(model, kind, work / "c", per_task=per_round, arch=arch,
+                                 seed=seed + 1000 * round_, guide=slot)  # fmt: skip
                 timings = measure(work / "c", [budget], sharing=sharing)
-                manifest = json.loads((work / "c" / MANIFEST).read_text())
+                if str(budget) not in timings["budgets"]:
+                    raise ResawareError(f"budget {budget} could not be measured here (see the lines above)")
                 entry = timings["budgets"][str(budget)]
                 added = fold(work / "c", store)[str(budget)]
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            hardware = _hardware(manifest, timings)
-            slot = store.slot(hardware, kind, entry["key"], entry["fraction"], manifest["target_json"])
-            round_ += 1
-            print(f"resaware: {budget} round {round_}: +{added} records ({len(slot.database())} of {trials})",
+            hashes = {_workload_hash(t["workload"]) for t in manifest["tasks"]}
+            slot = store.slot(
+                _hardware(manifest, timings), kind, entry["key"], entry["fraction"], manifest["target_json"]
+            )
+            print(f"resaware: {budget} round {round_}: +{added} records ({_model_records(slot, hashes)} of {trials})",
                   file=sys.stderr)  # fmt: skip
             if added == 0:  # the search has nothing new to offer
                 break
-        held[str(budget)] = len(slot.database()) if slot is not None else 0
+        held[str(budget)] = _model_records(slot, hashes)
     return held
+
+
+def _workload_hash(workload_json: str) -> int:
+    import tvm
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(tvm.ir.load_json(workload_json)))
+
+
+def _model_records(slot, hashes: set[int] | None) -> int:
+    """Records `slot` holds of these workloads (all of its records while they are not known yet)."""
+    if slot is None:
+        return 0
+    stats = slot.stats()
+    return sum(s.trials for h, s in stats.items() if hashes is None or h in hashes)

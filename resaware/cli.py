@@ -257,12 +257,9 @@ def _cmd_serve(args):
 
 def _check_arch(args) -> None:
     """Refuse a bad --arch before the (slow) model import."""
-    from .cuda import check_arch
+    from .cuda import check_target_arch
 
-    if args.arch is not None and args.target != "cuda":
-        raise ResawareError("--arch names a CUDA architecture: use it with --target cuda")
-    if args.arch is not None:
-        check_arch(args.arch)
+    check_target_arch(args.target, args.arch)
 
 
 def _cmd_compile(args):
@@ -304,9 +301,11 @@ def _cmd_run(args):
     budget = Budget.parse(args.budget) if args.budget else None
     compiled = load(args.module)
     compiled.require_device()
-    share = Budget.parse(budget or compiled.budget or 1.0).cpu(confine.usable_cores())
-    for warning in provenance_warnings(compiled.info, share.fraction, hardware.detect().id):
-        print(f"resaware: warning: {warning}", file=sys.stderr)
+    cuda = compiled.info.get("target_kind") == "cuda"
+    if not cuda:  # a CUDA module's provenance is its GPU, and its budget an MPS share (see measure_built)
+        share = Budget.parse(budget or compiled.budget or 1.0).cpu(confine.usable_cores())
+        for warning in provenance_warnings(compiled.info, share.fraction, hardware.detect().id):
+            print(f"resaware: warning: {warning}", file=sys.stderr)
     inputs = _read_inputs(args.inputs, compiled) if args.inputs else compiled.random_inputs(0)
     outputs = compiled(*inputs)
     names = compiled.info.get("outputs") or [f"output_{i}" for i in range(len(outputs))]
@@ -315,6 +314,9 @@ def _cmd_run(args):
     if args.output:
         np.savez(args.output, **dict(zip(names, outputs)))
         print(f"wrote {args.output}")
+    if cuda:
+        print("latency: CUDA modules are timed per MPS share by `python -m resaware.measure_built`")
+        return
     print(f"latency: {compiled.benchmark(budget=budget, repeat=args.repeat)}")
 
 

@@ -20,7 +20,7 @@ from .budget import Budget, announce
 from .compiled import CompiledModel
 from .errors import ResawareError
 from .model import resolve
-from .store import Slot, Store
+from .store import Slot, Store, trained
 from .tasks import Task, extract, lower
 
 
@@ -33,10 +33,6 @@ def nearest(slots: list[Slot], fraction: float) -> Slot | None:
 
 def _say(message: str) -> None:
     print(f"resaware: {message}", file=sys.stderr)
-
-
-def _trained(cost_model) -> bool:
-    return cost_model is not None and getattr(cost_model, "booster", None) is not None
 
 
 def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 16):
@@ -57,7 +53,7 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
     context.post_tuning()
     if not candidates:
         return None
-    if _trained(cost_model):
+    if trained(cost_model):
         scores = cost_model.predict(context, candidates)
         best = max(range(len(candidates)), key=lambda i: (float(scores[i]), -i))
         return candidates[best].sch.trace
@@ -75,8 +71,9 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         return _compile_cuda(resolve(model, shapes), Budget.parse(budget), Store.open(store), arch, allow_mismatch)
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware compiles for: use llvm (CPU) or cuda")
-    if arch is not None:
-        raise ResawareError("--arch names a CUDA architecture: use it with --target cuda")
+    from .cuda import check_target_arch
+
+    check_target_arch(target, arch)
     started = time.monotonic()
     intrinsics.register("llvm")
     model = resolve(model, shapes)
@@ -112,7 +109,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
             defaults.commit_tuning_record(ms.database.TuningRecord(trace, workload, [1.0], tvm_target, None))
         how = (
             "the cost model's pick of seeded design-space samples"
-            if _trained(cost_model)
+            if trained(cost_model)
             else "a seeded design-space sample (no trained cost model)"
         )
         _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get {how}")
@@ -145,16 +142,20 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
 
 
 def _cuda_slots(store: Store, gpu, arch: str, allow_mismatch: bool) -> list[Slot]:
-    """The CUDA budgets to compile from: this GPU's; with no GPU here, those measured on GPUs of `arch`."""
-    if gpu is not None:
+    """The CUDA budgets to compile from: this GPU's when building for it; else those measured on a GPU of
+    `arch` with this TVM (the one with the most records, named when there are several)."""
+    if gpu is not None and gpu.arch == arch:
         hw = hardware.Hardware.for_gpu(gpu.name, gpu.sms, gpu.arch, str(tvm.__version__))
         return store.slots_for(hw, "cuda", allow_mismatch)
     slots = [s for s in store.slots(kind="cuda") if s.hardware.gpu_arch == arch]
-    gpus = sorted({s.hardware.id for s in slots})
+    if not allow_mismatch:
+        slots = [s for s in slots if s.hardware.tvm_version == str(tvm.__version__)]
+    gpus = sorted(
+        {s.hardware.id for s in slots}, key=lambda h: -sum(len(s.database()) for s in slots if s.hardware.id == h)
+    )
     if len(gpus) > 1:
-        slots = [s for s in slots if s.hardware.id == gpus[0]]
-        _say(f"warning: records of {len(gpus)} {arch} GPUs in the store; using {gpus[0]}'s")
-    return slots
+        _say(f"warning: records of {len(gpus)} {arch} GPUs in the store; using {gpus[0]}'s, which has the most")
+    return [s for s in slots if gpus and s.hardware.id == gpus[0]]
 
 
 def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_mismatch: bool) -> CompiledModel:

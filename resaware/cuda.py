@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 
 DEFAULT_ARCH = "sm_90"
 _STUB_SOURCE = Path(__file__).with_name("nodriver.c")
@@ -69,11 +69,15 @@ def _stub_library() -> Path:
             )
         library.parent.mkdir(parents=True, exist_ok=True)
         partial = library.with_suffix(f".{os.getpid()}")
-        subprocess.run(
+        done = subprocess.run(
             [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(partial), str(_STUB_SOURCE)],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if done.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise ResawareError(f"could not build resaware's stand-in CUDA driver with {compiler}: "
+                                f"{last_line(done.stderr or f'exit code {done.returncode}')}")  # fmt: skip
         os.replace(partial, library)
     return library
 
@@ -164,6 +168,14 @@ def check_arch(arch: str) -> str:
     if int(digits) < 75:
         raise ResawareError(f"CUDA arch {arch!r} is older than CUDA 13 builds for (sm_75 and newer): give e.g. sm_90")
     return text
+
+
+def check_target_arch(target_kind: str, arch: str | None) -> None:
+    """Refuse an `arch` given for a non-CUDA target, or one that names no SM architecture."""
+    if arch is not None and target_kind != "cuda":
+        raise ResawareError("--arch names a CUDA architecture: use it with --target cuda")
+    if arch is not None:
+        check_arch(arch)
 
 
 def target(arch: str | None = None):

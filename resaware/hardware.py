@@ -125,34 +125,17 @@ def host_mcpu() -> str:
     return str(codegen.llvm_get_system_cpu())
 
 
-@cache
-def _gpu() -> tuple[str | None, int | None, str | None]:
-    try:
-        import tvm
-
-        dev = tvm.cuda(0)
-        if not dev.exist:
-            return None, None, None
-        return str(dev.device_name), int(dev.multi_processor_count), f"sm_{str(dev.compute_version).replace('.', '')}"
-    except Exception:  # no CUDA runtime at all
-        return None, None, None
-
-
-def detect(with_gpu: bool = False) -> Hardware:
+def detect() -> Hardware:
     """Describe this machine as this process sees it (its affinity decides the usable cores)."""
     import tvm
 
     model, flags = _cpuinfo()
-    gpu_name, gpu_sms, gpu_arch = _gpu() if with_gpu else (None, None, None)
     return Hardware(
         cpu_model=model,
         mcpu=host_mcpu(),
         isa=tuple(f for f in _ISA_FLAGS if f in flags),
         usable_cores=len(confine.usable_cores()),
         tvm_version=str(tvm.__version__),
-        gpu_name=gpu_name,
-        gpu_sms=gpu_sms,
-        gpu_arch=gpu_arch,
     )
 
 

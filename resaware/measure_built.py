@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from .budget import Budget, BudgetError
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 
 MANIFEST = "manifest.json"
 TIMINGS = "timings.json"
@@ -93,6 +93,17 @@ def _tensor(shape, dtype: str, device, rng):
     return tensor
 
 
+def _timed(module, args: list, cuda: bool, repeat: int, min_ms: int) -> list[float]:
+    """Seconds per run of `module`'s main, `repeat` samples of at least `min_ms` each (TVM's time
+    evaluator, as MetaSchedule's runner uses it)."""
+    import tvm_ffi
+
+    timer = tvm_ffi.get_global_func("runtime.RPCTimeEvaluator")(
+        module, "main", _KDLCUDA if cuda else _KDLCPU, 0, 1, repeat, min_ms, 100, 0, 1, 0, ""
+    )
+    return list(struct.unpack("@" + "d" * repeat, timer(*args)))
+
+
 def _child(directory: Path, ids: list[str], options: dict) -> None:
     """Time `ids` one by one in this process; one JSON line each on stdout."""
     import numpy as np
@@ -102,7 +113,6 @@ def _child(directory: Path, ids: list[str], options: dict) -> None:
     cuda = manifest["device"] == "cuda"
     load_runtime(runtime_dir(options.get("runtime_lib")), cuda)
     device = tvm_ffi.device("cuda" if cuda else "cpu", 0)
-    evaluator = tvm_ffi.get_global_func("runtime.RPCTimeEvaluator")
     by_id = {c["id"]: c for c in manifest["candidates"]}
     args_cache: dict[str, list] = {}
     warmup_ms = int(options.get("warmup_ms") or 0)
@@ -115,19 +125,13 @@ def _child(directory: Path, ids: list[str], options: dict) -> None:
                 rng = np.random.default_rng(0)
                 args_cache[key] = [_tensor(tuple(shape), dtype, device, rng) for _, dtype, shape in candidate["args"]]
             module = tvm_ffi.load_module(str(directory / candidate["file"]))
-            repeat = int(options["repeat"])
-            timer = evaluator(
-                module, candidate.get("entry", "main"), _KDLCUDA if cuda else _KDLCPU, 0,
-                1, repeat, int(options["min_repeat_ms"]), 100, 0, 1, 0, "",
-            )  # fmt: skip
             if warmup_ms:  # an idle GPU clocks down: run first, so the first candidates are not slower
-                evaluator(module, candidate.get("entry", "main"), _KDLCUDA if cuda else _KDLCPU, 0,
-                          1, 1, warmup_ms, 100, 0, 1, 0, "")(*args_cache[key])  # fmt: skip
+                _timed(module, args_cache[key], cuda, 1, warmup_ms)
                 warmup_ms = 0
-            secs = list(struct.unpack("@" + "d" * repeat, timer(*args_cache[key])))
+            secs = _timed(module, args_cache[key], cuda, int(options["repeat"]), int(options["min_repeat_ms"]))
             print(json.dumps({"id": cid, "secs": secs}), flush=True)
         except Exception as error:  # a failed candidate is a result
-            print(json.dumps({"id": cid, "error": str(error).strip().splitlines()[-1][:300]}), flush=True)
+            print(json.dumps({"id": cid, "error": last_line(error)}), flush=True)
     with open("/proc/self/maps") as maps:  # what this process needed: the runtime, not the compiler
         facts = {"tvm_package": "tvm" in sys.modules, "compiler_loaded": any("libtvm_compiler" in m for m in maps)}
     if cuda:  # under MPS the driver reports the SMs this client was provisioned (7: multiprocessor count)
@@ -182,8 +186,7 @@ def _run_children(directory: Path, ids: list[str], env: dict, cores, options: di
                 in_flight, progressed = None, True
         process.wait()
         text = "".join(e for e in errors if e).strip()
-        last = text.splitlines()[-1][:300] if text else ""
-        why = f"silent for {silence_s:g} s" if hung else last or f"exit code {process.returncode}"
+        why = f"silent for {silence_s:g} s" if hung else last_line(text) if text else f"exit code {process.returncode}"
         if in_flight is not None:
             results[in_flight] = {"error": f"measuring process died: {why}"}
         elif not progressed:
@@ -225,10 +228,12 @@ def _gpu_facts(options: dict) -> dict:
         "print(json.dumps({'gpu_name':a(2,0,5),'gpu_sms':a(2,0,7),'gpu_arch':'sm_'+str(a(2,0,4)).replace('.',''),"
         "'gpu_driver':str(a(2,0,12))}))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ})
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise ResawareError("no usable CUDA GPU here (the driver did not answer in 120 s)") from None
     if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit code {done.returncode}"
-        raise ResawareError(f"no usable CUDA GPU here ({last})")
+        raise ResawareError(f"no usable CUDA GPU here ({last_line(done.stderr or f'exit code {done.returncode}')})")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -284,13 +289,13 @@ def measure(directory: str | os.PathLike, budgets, clients: int = 1, repeat: int
                 results, runtime = _measure_parallel(directory, _split(ids, k), parts)
             except ResawareError as error:
                 # In auto mode MPS clients that fail before any budget is measured give way to the whole GPU.
-                fallback = {"mps": "none"}.get(how)
-                if not cuda or sharing != "auto" or timings["budgets"] or fallback is None:
+                if how != "mps" or sharing != "auto" or timings["budgets"]:
                     raise
-                tail = f" (MPS log: {daemon.log_tail()})" if how == "mps" and daemon is not None else ""
-                timings.setdefault("sharing_failures", {})[how] = str(error) + tail
-                print(f"resaware: measuring with {how} failed ({error}){tail}; trying {fallback}", file=sys.stderr)
-                how = timings["sharing"] = fallback
+                tail = f" (MPS log: {daemon.log_tail()})" if daemon is not None else ""
+                timings.setdefault("sharing_failures", {})["mps"] = str(error) + tail
+                print(f"resaware: MPS clients failed ({error}){tail}; measuring the whole GPU (100%) only",
+                      file=sys.stderr)  # fmt: skip
+                how = timings["sharing"] = "none"
                 continue
             timings["budgets"][str(budget)] = {
                 "fraction": realised, "key": key, "clients": k, "seconds": round(time.monotonic() - started, 2),
@@ -301,6 +306,8 @@ def measure(directory: str | os.PathLike, budgets, clients: int = 1, repeat: int
         if daemon is not None:
             timings["mps_servers_seen"] = bool(daemon.servers())
             daemon.stop()
+    if not timings["budgets"]:
+        raise ResawareError("no budget was measured: without MPS only 100% can be (see the lines above)")
     timings["tvm_version"] = manifest["tvm_version"]
     (directory / output).write_text(json.dumps(timings, indent=1) + "\n")
     return timings
@@ -327,7 +334,7 @@ def _gpu_share(how: str, budget: Budget, daemon) -> tuple[dict, float, str]:
     return {}, 1.0, "gpu-100"
 
 
-def _measure_parallel(directory: Path, shards: list[list[str]], parts: list[tuple]) -> dict:
+def _measure_parallel(directory: Path, shards: list[list[str]], parts: list[tuple]) -> tuple[dict, dict]:
     """One thread per client, each driving its own child processes on its partition."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -357,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime-lib", help="folder with libtvm_runtime.so (default: the tvm package's)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.clients < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
+        print("resaware: error: --clients and --repeat must be at least 1, --min-repeat-ms at least 0", file=sys.stderr)
+        return 2
     if args.child:
         options = json.loads(sys.stdin.read())
         _child(Path(args.directory), options.pop("ids"), options)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 
 
 @dataclass(frozen=True)
@@ -166,10 +166,11 @@ def _identifier(name: str) -> str:
 def _identifier_inputs(proto) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A copy of `proto` whose graph inputs are C identifiers (inputs are fed by position, so nothing
     outside the imported module sees the new names; buffer names do not change workload hashes)."""
-    taken = {i.name for i in proto.graph.input} | {n for node in proto.graph.node for n in node.output}
+    weights = {i.name for i in proto.graph.initializer}  # older files list them as inputs too: keep them
+    taken = {i.name for i in proto.graph.input} | weights | {n for node in proto.graph.node for n in node.output}
     bad = {}
     for value in proto.graph.input:
-        if _identifier(value.name) != value.name:
+        if value.name not in weights and _identifier(value.name) != value.name:
             new, suffix = _identifier(value.name), 1
             while new in taken:
                 new, suffix = f"{_identifier(value.name)}_{suffix}", suffix + 1
@@ -207,8 +208,7 @@ def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, n
             renamed, names = _identifier_inputs(proto)
             mod = from_onnx(renamed, shape_dict={names.get(s.name, s.name): list(s.shape) for s in specs}, opset=opset)
         except Exception as error:
-            first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            raise ResawareError(f"TVM could not import the model: {first}") from None
+            raise ResawareError(f"TVM could not import the model: {last_line(error)}") from None
     digest = hashlib.sha256(proto.SerializeToString(deterministic=True))
     digest.update(repr([(s.name, s.shape) for s in specs]).encode())
     outputs = [o.name for o in proto.graph.output]

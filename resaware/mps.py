@@ -56,6 +56,7 @@ class MpsDaemon:
     """A private MPS control daemon: `with MpsDaemon() as mps: env = mps.client_env("25%")`."""
 
     def __init__(self, root: str | os.PathLike | None = None):
+        self.owns_root = root is None  # a temporary directory of ours, removed on stop
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="resaware-mps-"))
         self.pipe_dir = self.root / "pipe"
         self.log_dir = self.root / "log"
@@ -91,7 +92,14 @@ class MpsDaemon:
             )
         self.pipe_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(self.start_command(), env=self.control_env(), capture_output=True, text=True, timeout=30)
+        try:
+            done = subprocess.run(self.start_command(), env=self.control_env(), capture_output=True, text=True,
+                                  timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.started = True  # it may have started: stop() sends quit to our pipe only
+            self.stop()
+            raise MpsUnavailable(f"MPS control daemon did not start ({error}); without MPS only the whole GPU "
+                                 "(100%) can be measured") from None  # fmt: skip
         if done.returncode != 0:
             raise MpsUnavailable(
                 f"MPS control daemon did not start (exit {done.returncode}: "
@@ -120,8 +128,12 @@ class MpsDaemon:
         return client_environment(budget, self.pipe_dir, self.log_dir)
 
     def servers(self) -> list[int]:
-        """PIDs of the MPS servers this daemon runs (one appears once a client has connected)."""
-        return [int(p) for p in self.control("get_server_list").split() if p.isdigit()]
+        """PIDs of the MPS servers this daemon runs (one appears once a client has connected); none if it
+        does not answer."""
+        try:
+            return [int(p) for p in self.control("get_server_list").split() if p.isdigit()]
+        except (OSError, subprocess.TimeoutExpired):
+            return []
 
     def stop(self) -> None:
         """Stop this daemon (and its server); never touches any other daemon."""
@@ -131,6 +143,8 @@ class MpsDaemon:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             self.started = False
+        if self.owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> MpsDaemon:
         return self.start()

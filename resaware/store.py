@@ -86,6 +86,11 @@ def mean_seconds(run_secs) -> float | None:
     return sum(values) / len(values) if values and max(values) < FAILED else None
 
 
+def trained(cost_model) -> bool:
+    """Whether an XGBoost cost model has been trained (an untrained one ranks at random)."""
+    return cost_model is not None and getattr(cost_model, "booster", None) is not None
+
+
 def workload_stats(database) -> dict[int, WorkloadStats]:
     """Trials and best latency per workload of a MetaSchedule database (keyed by structural hash)."""
     trials: dict[int, int] = {}

@@ -358,6 +358,10 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
             "(resaware candidates build MODEL --target cuda -o DIR), measure them where the GPU is "
             "(python -m resaware.measure_built DIR --budgets ...) and fold them in (resaware candidates fold DIR)"
         )
+    if isinstance(model, Plan) or not budgets:
+        raise ResawareError("CUDA tuning takes a model and its budgets (e.g. budgets=['25%', '100%']), not a plan")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     budgets = [budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets
     return candidates.tune(resolve(model, shapes), "cuda", budgets, trials, store, arch=arch, seed=seed)
 
@@ -375,8 +379,8 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     budget, and stored under the servers' hardware. Reruns tune only the remainder.
 
     `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
-    and returns the records each budget holds (`candidates.tune`); with no GPU here it says how to split
-    the work with a GPU machine instead.
+    and returns the records each budget holds (`candidates.tune`; `time_limit`, `concurrency`, `tracker`
+    and `progress` are for CPU budgets); with no GPU here it says how to split the work with a GPU machine.
     """
     if target == "cuda":
         return _tune_cuda(model, budgets, trials, store, seed, shapes, arch)

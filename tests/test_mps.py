@@ -29,8 +29,14 @@ def test_daemon_is_private_never_the_system_one(tmp_path):
     client = daemon.client_env("50%")
     assert client["CUDA_MPS_PIPE_DIRECTORY"] == env["CUDA_MPS_PIPE_DIRECTORY"]
     assert client["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-    fresh = mps.MpsDaemon()
-    assert fresh.root.name.startswith("resaware-mps-") and fresh.root != mps.MpsDaemon().root
+    fresh, other = mps.MpsDaemon(), mps.MpsDaemon()
+    assert fresh.root.name.startswith("resaware-mps-") and fresh.root != other.root
+    for daemon in (fresh, other):  # its own temporary directory goes with it; a given one stays
+        daemon.stop()
+        assert not daemon.root.exists()
+    daemon = mps.MpsDaemon(tmp_path / "given")
+    daemon.stop()
+    assert daemon.root == tmp_path / "given"
 
 
 def test_concurrency_is_floor_of_one_over_the_budget():
