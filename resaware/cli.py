@@ -368,8 +368,6 @@ def _cmd_candidates(args):
     elif args.candidates_command == "measure":
         from .measure_built import main as measure_main
 
-        if args.clients < 1:
-            raise ResawareError(f"--clients must be at least 1, got {args.clients}")
         code = measure_main([args.directory, "--budgets", args.budgets, "--clients", str(args.clients),
                              "--sharing", args.sharing])  # fmt: skip
         if code:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .budget import Budget
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 
 SIDECAR = ".resaware.json"
 
@@ -257,9 +257,7 @@ def load(path: str | os.PathLike) -> CompiledModel:
         with native_stderr():
             module = tvm.runtime.load_module(path)
     except Exception as error:
-        raise ResawareError(
-            f"{path!r} is not a compiled TVM module ({str(error).strip().splitlines()[-1][:200]})"
-        ) from None
+        raise ResawareError(f"{path!r} is not a compiled TVM module ({last_line(error, 200)})") from None
     if not info:
         print(
             f"resaware: {path + SIDECAR} is missing: inputs are not checked and provenance is unknown", file=sys.stderr

@@ -60,6 +60,34 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
     return candidates[0].sch.trace
 
 
+def _records(slot: Slot | None, tasks: list[Task]):
+    """The slot's database (empty without a slot), its per-workload stats, and the tasks it has no valid record of."""
+    database = slot.database() if slot is not None else ms.database.MemoryDatabase()
+    stats = slot.stats(database) if slot is not None else {}
+    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    return database, stats, untuned
+
+
+def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untuned: list[Task], target) -> dict:
+    """The sidecar fields every compiled module carries: the model, where its records came from, its kernels."""
+    return {
+        "model": model.name,
+        "model_digest": model.digest,
+        "inputs": [s.to_json() for s in model.inputs],
+        "outputs": model.outputs,
+        "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
+        "tuned_slot": slot.key if slot is not None else None,
+        "tuned_fraction": slot.fraction if slot is not None else None,
+        "tuned_on": slot.hardware.id if slot is not None else None,
+        "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
+        "tvm_version": str(tvm.__version__),
+        "target": hardware.target_json(target),
+        "tasks": len(tasks),
+        "tuned_tasks": len(tasks) - len(untuned),
+        "default_tasks": len(untuned),
+    }
+
+
 def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None,  # noqa: A001
             allow_mismatch: bool = False, arch: str | None = None) -> CompiledModel:  # fmt: skip
     """Compile `model` for `budget` with the store's records; never tunes or measures. Records of
@@ -95,9 +123,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
 
     lowered = lower(model, tvm_target)
     tasks = extract(model, tvm_target, lowered)
-    tuned_db = slot.database() if slot is not None else ms.database.MemoryDatabase()
-    stats = slot.stats(tuned_db) if slot is not None else {}
-    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    tuned_db, stats, untuned = _records(slot, tasks)
     defaults = ms.database.MemoryDatabase()
     if untuned:
         cost_model = slot.load_cost_model(1) if slot is not None and slot.cost_model_file.exists() else None
@@ -118,24 +144,11 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(lowered)
     executable = tvm.compile(scheduled, target=tvm_target)
     info = {
-        "model": model.name,
-        "model_digest": model.digest,
-        "inputs": [s.to_json() for s in model.inputs],
-        "outputs": model.outputs,
+        **_provenance(model, slot, tasks, stats, untuned, tvm_target),
         "budget": str(budget),
         "realised": share.fraction,
         "cores": share.count,
-        "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
-        "tuned_slot": slot.key if slot is not None else None,
-        "tuned_fraction": slot.fraction if slot is not None else None,
-        "tuned_on": slot.hardware.id if slot is not None else None,
-        "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         "hardware": hw.id,
-        "tvm_version": hw.tvm_version,
-        "target": hardware.target_json(tvm_target),
-        "tasks": len(tasks),
-        "tuned_tasks": len(tasks) - len(untuned),
-        "default_tasks": len(untuned),
         "compile_seconds": round(time.monotonic() - started, 2),
     }
     return CompiledModel(executable, info)
@@ -181,9 +194,7 @@ def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_m
              f"({slot.key}) on {slot.hardware.describe()}")  # fmt: skip
     lowered = lower(model, tvm_target)
     tasks = extract(model, tvm_target, lowered)
-    database = slot.database() if slot is not None else ms.database.MemoryDatabase()
-    stats = slot.stats(database) if slot is not None else {}
-    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    database, stats, untuned = _records(slot, tasks)
     if untuned:
         _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get TVM's dlight schedules")
     with tvm_target, database:
@@ -192,16 +203,9 @@ def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_m
     with tvm_target:  # TVM's nvcc callback reads the arch from the current target
         executable = tvm.compile(scheduled, target=tvm_target)
     info = {
-        "model": model.name, "model_digest": model.digest, "inputs": [s.to_json() for s in model.inputs],
-        "outputs": model.outputs, "budget": str(budget), "realised": fraction, "target_kind": "cuda", "arch": arch,
-        "gpu": gpu.name if gpu else None,
-        "tuned_at": f"{slot.fraction:.0%}" if slot is not None else None,
-        "tuned_slot": slot.key if slot is not None else None,
-        "tuned_fraction": slot.fraction if slot is not None else None,
-        "tuned_on": slot.hardware.id if slot is not None else None,
-        "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
-        "hardware": slot.hardware.id if slot is not None else None, "tvm_version": str(tvm.__version__),
-        "target": hardware.target_json(tvm_target), "tasks": len(tasks), "tuned_tasks": len(tasks) - len(untuned),
-        "default_tasks": len(untuned), "compile_seconds": round(time.monotonic() - started, 2),
+        **_provenance(model, slot, tasks, stats, untuned, tvm_target),
+        "budget": str(budget), "realised": fraction, "target_kind": "cuda", "arch": arch,
+        "gpu": gpu.name if gpu else None, "hardware": slot.hardware.id if slot is not None else None,
+        "compile_seconds": round(time.monotonic() - started, 2),
     }  # fmt: skip
     return CompiledModel(executable, info)
