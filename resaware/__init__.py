@@ -20,8 +20,8 @@ from those records, without tuning at deploy time.
 
 The heavy parts load on first use, so `resaware.load` needs only the TVM runtime. Modules, one per
 concept: budget, hardware, confine, model, zoo, tasks, store, exchange, plan, measure, search, clients,
-remote, tuning, compiling, compiled, reference, bench, plot, cuda, mps, candidates, measure_built,
-doctor, cli. GPU budgets are MPS shares: kernels built here with nvcc (`candidates`, no GPU needed),
+remote, transfer (warm start across budgets), tuning, compiling, predict, compiled, reference, bench,
+plot, cuda, mps, candidates, measure_built, doctor, cli. GPU budgets are MPS shares: kernels built here with nvcc (`candidates`, no GPU needed),
 measured on the GPU by `measure_built` with the TVM runtime alone, folded into the store.
 """
 

@@ -106,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="clients tuning each budget at once, each measuring on its own partition (default 1)")  # fmt: skip
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
+    p.add_argument("--no-warm-start", action="store_true",
+                   help="start a budget tuned for the first time from nothing, not from the nearest tuned budget")  # fmt: skip
     _target_args(p)
 
     p = _command(sub, "serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
@@ -124,6 +126,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the default schedules for untuned kernels")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="use records of other hardware when the store has none for this machine (warned)")  # fmt: skip
+    p.add_argument("--choose", choices=("nearest", "predicted"), default="nearest",
+                   help="which stored budget's records: the nearest (default), or those predicted fastest at --budget")  # fmt: skip
+
+    p = _command(sub, "predict", help="predict a model's kernel latency at a budget from the store, measuring nothing")
+    _model_args(p)
+    p.add_argument("--budget", required=True, help="the budget the model would run with (tuned there or not)")
+    _store_arg(p)
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="use records of other hardware when the store has none for this machine (warned)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
     p = _command(sub, "run", help="run a compiled module and time it under a budget")
     p.add_argument("module", help="a module written by `resaware compile`")
@@ -234,7 +246,8 @@ def _cmd_tune(args):
         print("\n".join(f"{budget}: {count} records" for budget, count in held.items()))
         return
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
-                  progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker)  # fmt: skip
+                  progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker,
+                  warm_start=not args.no_warm_start)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
 
 
@@ -269,12 +282,28 @@ def _cmd_compile(args):
     _check_arch(args)
     model = _load_model(args)
     compiled = compile(model, budget, store=args.store, target=args.target, seed=args.seed,
-                       allow_mismatch=args.allow_mismatch, arch=args.arch)  # fmt: skip
+                       allow_mismatch=args.allow_mismatch, arch=args.arch, choose=args.choose)  # fmt: skip
     path = compiled.export(args.output)
     info = compiled.info
     tuned = f"tuned at {info['tuned_at']}" if info["tuned_at"] else "untuned"
     print(f"wrote {path} ({info['model']} for {info['budget']}, {tuned}: "
           f"{info['tuned_tasks']}/{info['tasks']} kernels from {info['records']} records)")  # fmt: skip
+
+
+def _cmd_predict(args):
+    from dataclasses import asdict
+
+    from .predict import predict
+
+    budget = Budget.parse(args.budget)
+    prediction = predict(_load_model(args), budget, store=args.store, allow_mismatch=args.allow_mismatch)
+    choice = prediction.choice
+    if args.json:
+        print(json.dumps({**asdict(prediction), "choice": choice.key if choice else None}, indent=1))
+        return
+    print(prediction.table())
+    if choice is not None:
+        print(f"compile with its records: resaware compile ... --budget {args.budget} --choose predicted")
 
 
 def _read_inputs(path, compiled):
@@ -410,7 +439,7 @@ def _cmd_store(args):
 def main(argv=None) -> int:
     """Run the `resaware` command with `argv` (default: the process's); returns the exit code."""
     args = _parser().parse_args(argv)
-    handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "record": _cmd_record, "tune": _cmd_tune, "compile": _cmd_compile,
+    handler = {"zoo": _cmd_zoo, "tasks": _cmd_tasks, "record": _cmd_record, "tune": _cmd_tune, "compile": _cmd_compile, "predict": _cmd_predict,
                "run": _cmd_run, "bench": _cmd_bench, "store": _cmd_store, "serve": _cmd_serve,
                "candidates": _cmd_candidates, "doctor": _cmd_doctor}[args.command]  # fmt: skip
     try:

@@ -115,13 +115,17 @@ def run(
     deadline: float | None,
     timing: Timing,
     on_batch: Callable[[int, int, float | None], None],
+    donor: Slot | None = None,
+    first_batch: int | None = None,
 ) -> list[ClientReport]:
     """Tune `tasks` until the store holds `trials` more records of them, one client per partition.
 
     While the budget's cost model is still warming up, the clients tune only until their samples
     together complete it; then they restart from the merged model. Otherwise each client would guide
     its search by a model of its own shard, which alone stays random k times longer than a serial run's.
-    `on_batch(task index, candidates, best seconds)` sees every client's batches as they land.
+    `on_batch(task index, candidates, best seconds)` sees every client's batches as they land; a
+    `donor` budget's best schedules seed the clients' searches and `first_batch` sizes their first
+    round (a warm start, `resaware.transfer`).
     """
     have = slot.load_cost_model(1).data_size
     rounds = [min(trials, WARMUP_SAMPLES - have), trials] if have < WARMUP_SAMPLES else [trials]
@@ -130,7 +134,8 @@ def run(
         count = min(count, trials - sum(r.trials for r in reports))
         if count <= 0:
             continue
-        got = _run_once(tasks, slot, partitions, spare, count, seed + 7 * i, deadline, timing, on_batch)
+        got = _run_once(tasks, slot, partitions, spare, count, seed + 7 * i, deadline, timing, on_batch, donor,
+                        first_batch if i == 0 else None)  # fmt: skip
         reports = [_merged(a, b) for a, b in zip(reports, got)] if reports else got
         if any(r.stopped_by == "time" for r in got):
             break
@@ -155,6 +160,8 @@ def _run_once(
     deadline: float | None,
     timing: Timing,
     on_batch: Callable[[int, int, float | None], None],
+    donor: Slot | None = None,
+    first_batch: int | None = None,
 ) -> list[ClientReport]:
     """One round of `run`: spawn the clients, relay their batches, merge their cost models."""
     stats = slot.stats()
@@ -173,6 +180,7 @@ def _run_once(
                     "client": i, "slot": str(slot.path), "tasks": str(tasks_file), "ids": ids,
                     "before": before, "trials": before + allotted, "seed": seed + 100_003 * i,
                     "cores": list(cores), "tuner_cores": list(tuner), "deadline": deadline, "timing": asdict(timing),
+                    "donor": str(donor.path) if donor is not None else None, "first_batch": first_batch,
                 }  # fmt: skip
                 spec_file = Path(tmp) / f"client{i}.json"
                 spec_file.write_text(json.dumps(spec))
@@ -235,9 +243,10 @@ def _run_once(
 def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int, ...], tuner: tuple[int, ...],
                trials: int, before: int, seed: int, deadline: float | None, timing: Timing,
                on_batch: Callable[[int, int, float | None], None], cost_model_file: Path | None = None,
-               runner=None) -> ClientReport:  # fmt: skip
+               runner=None, first_batch: int | None = None) -> ClientReport:  # fmt: skip
     """One client's run in this process: measure on `cores` (or with `runner`), search and build on
-    `tuner`, until the store holds `trials` records of `tasks` (it holds `before`)."""
+    `tuner`, until the store holds `trials` records of `tasks` (it holds `before`); `first_batch`
+    sizes a warm start's first round."""
     start = time.monotonic()
     intrinsics.register("llvm")
     done = [before]
@@ -254,7 +263,7 @@ def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int
             stopped_by = search_rounds(
                 tasks, target, database, str(slot.path), trials, before, seed, len(tuner), builder, runner,
                 slot.load_cost_model(len(tuner)), lambda model: slot.save_cost_model(model, cost_model_file),
-                Progress(counting, deadline), lambda: done[0],
+                Progress(counting, deadline), lambda: done[0], slot.log_validation, first_batch,
             )  # fmt: skip
         window = (began, time.time())
         worker_cores = sorted(set().union(*runner.call(worker_state)["masks"].values())) if confined else None
@@ -287,9 +296,11 @@ def main(spec_path: str) -> None:
         protocol.write(json.dumps({"batch": [ids[task], n, best]}) + "\n")
 
     cores = tuple(spec["cores"])
+    donor = Slot.open(spec["donor"]) if spec.get("donor") else None
     report = tune_shard(
-        tasks, slot, slot.shared_database(), hardware.llvm_target(len(cores)), cores, tuple(spec["tuner_cores"]), spec["trials"],
-        spec["before"], spec["seed"], spec["deadline"], Timing(**spec["timing"]), on_batch,
+        tasks, slot, slot.shared_database(donor), hardware.llvm_target(len(cores)), cores, tuple(spec["tuner_cores"]),
+        spec["trials"], spec["before"], spec["seed"], spec["deadline"], Timing(**spec["timing"]), on_batch,
         slot.client_cost_model_file(spec["client"]),
+        first_batch=spec.get("first_batch"),
     )  # fmt: skip
     protocol.write(json.dumps({"done": asdict(report)}) + "\n")

@@ -20,15 +20,8 @@ from .budget import Budget, announce
 from .compiled import CompiledModel
 from .errors import ResawareError
 from .model import resolve
-from .store import Slot, Store, trained
+from .store import Slot, Store, nearest, trained
 from .tasks import Task, extract, lower
-
-
-def nearest(slots: list[Slot], fraction: float) -> Slot | None:
-    """The slot whose realised budget is closest to `fraction`; ties go to the larger budget."""
-    if not slots:
-        return None
-    return min(slots, key=lambda s: (round(abs(s.fraction - fraction), 9), -s.fraction))
 
 
 def _say(message: str) -> None:
@@ -89,13 +82,19 @@ def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untune
 
 
 def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None,  # noqa: A001
-            allow_mismatch: bool = False, arch: str | None = None) -> CompiledModel:  # fmt: skip
+            allow_mismatch: bool = False, arch: str | None = None, choose: str = "nearest") -> CompiledModel:  # fmt: skip
     """Compile `model` for `budget` with the store's records; never tunes or measures. Records of
-    other hardware are refused unless `allow_mismatch` (see `Store.slots_for`).
+    other hardware are refused unless `allow_mismatch` (see `Store.slots_for`). `choose` picks the
+    stored budget: "nearest" (the exact share, else the closest), or "predicted" (the one whose
+    schedules the cost model predicts fastest at `budget`, `resaware.predict`; CPU budgets).
 
     `target="cuda"` builds with nvcc for the GPU here, else for `arch` (default sm_90), with no GPU needed.
     """
+    if choose not in ("nearest", "predicted"):
+        raise ResawareError(f"choose {choose!r} is not a way to pick the stored budget: use nearest or predicted")
     if target == "cuda":
+        if choose != "nearest":
+            raise ResawareError("choose=predicted is for CPU budgets; CUDA compiles from the nearest MPS share")
         return _compile_cuda(resolve(model, shapes), Budget.parse(budget), Store.open(store), arch, allow_mismatch)
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware compiles for: use llvm (CPU) or cuda")
@@ -111,18 +110,27 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
     tvm_target = hardware.llvm_target(share.count)
     hw = hardware.detect()
     store = Store.open(store)
-    slot = nearest(store.slots_for(hw, "llvm", allow_mismatch), share.fraction)
+    slots = store.slots_for(hw, "llvm", allow_mismatch)
+    lowered = lower(model, tvm_target)
+    tasks = extract(model, tvm_target, lowered)
+    slot = nearest(slots, share.fraction)
+    why = ""
+    if choose == "predicted" and slot is not None:
+        from .predict import estimate
+
+        picked = estimate(model.name, budget, share.fraction, share.key, tasks, slots).choice
+        if picked is None:
+            _say("no cost model ranks the stored budgets' schedules yet (or none has every kernel); using the nearest")
+        else:
+            slot = next(s for s in slots if s.key == picked.key)
+            why = f", predicted fastest here ({picked.predicted_s * 1e3:.3f} ms of kernels)"
     if slot is None:
         _say(f"warning: store {store.root} has no records for this hardware; every kernel gets a default schedule")
     elif slot.key == share.key:
-        _say(f"compiling for {share.describe()} with records tuned at exactly that share ({slot.key})")
+        _say(f"compiling for {share.describe()} with records tuned at exactly that share ({slot.key}){why}")
     else:
-        _say(
-            f"compiling for {share.describe()} with records tuned at {slot.fraction:.0%} ({slot.key}), the nearest stored budget"
-        )
-
-    lowered = lower(model, tvm_target)
-    tasks = extract(model, tvm_target, lowered)
+        _say(f"compiling for {share.describe()} with records tuned at {slot.fraction:.0%} ({slot.key}), "
+             f"{why[2:] if why else 'the nearest stored budget'}")  # fmt: skip
     tuned_db, stats, untuned = _records(slot, tasks)
     defaults = ms.database.MemoryDatabase()
     if untuned:
@@ -148,6 +156,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         "budget": str(budget),
         "realised": share.fraction,
         "cores": share.count,
+        "chosen_by": choose,
         "hardware": hw.id,
         "compile_seconds": round(time.monotonic() - started, 2),
     }

@@ -19,10 +19,13 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+from tvm.s_tir.meta_schedule.utils import shash2hex
 
 from . import quiet
-from .store import mean_seconds, workload_stats
+from .errors import last_line
+from .store import mean_seconds, ranks, workload_stats
 from .tasks import Task
+from .transfer import pairwise
 
 
 def _batch_size(trials: int, n_tasks: int) -> int:
@@ -99,6 +102,37 @@ class Progress(PyMeasureCallback):
 
 
 @derived_object
+class Validation(PyMeasureCallback):
+    """Scores each measured batch with the cost model before it trains on that batch, and reports
+    (samples it was last trained on, pairs ranked right, pairs compared, RMSE of its predicted
+    normalised throughput): how it does on data it has not seen."""
+
+    def __init__(self, cost_model, on_batch: Callable[[int, int, int, float], None]):
+        super().__init__()
+        self.cost_model, self.on_batch, self.broken = cost_model, on_batch, False
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        if self.broken or not ranks(self.cost_model):
+            return  # it ranks at random until then
+        costs = [mean_seconds(r.run_secs) if r.error_msg is None else None for r in runner_results]
+        if sum(c is not None for c in costs) < 2:
+            return
+        try:  # an exception here would end tuning before the batch reaches the store
+            context = task_scheduler.tasks_[int(task_id)].ctx
+            with quiet.xgboost_warnings():
+                scores = self.cost_model.predict(context, list(measure_candidates))
+            trained_on = getattr(self.cost_model, "last_train_size", self.cost_model.data_size)
+            # What XGBModel learns: the workload's best cost so far over each candidate's (1 = as fast).
+            group = self.cost_model.data.get(shash2hex(context.mod))
+            best = min([c for c in costs if c is not None] + ([float(group.min_cost)] if group is not None else []))
+            errors = [(s - best / c) ** 2 for s, c in zip(scores, costs) if c is not None]
+            self.on_batch(trained_on, *pairwise(list(scores), costs), float(sum(errors) / len(errors)) ** 0.5)
+        except Exception as error:
+            self.broken = True
+            print(f"resaware: warning: cost model validation off for this run ({last_line(error)})", file=sys.stderr)
+
+
+@derived_object
 class WeightedScheduler(PyTaskScheduler):
     """Gives every task one batch (heaviest first), then batches in proportion to weight x FLOPs,
     counting the batches the store already holds (`prior`), so a resumed run continues the split.
@@ -146,13 +180,20 @@ def search_rounds(
     save_cost_model: Callable[[object], None],
     progress: Progress,
     counted: Callable[[], int],
+    on_validation: Callable[[int, int, int, float], None] | None = None,
+    first_batch: int | None = None,
 ) -> str:
     """Run MetaSchedule until the store holds `trials` records of these tasks (it holds `done`);
-    say what stopped it: "trials", "time" or "search space"."""
+    say what stopped it: "trials", "time" or "search space". `first_batch` sizes a first round of one
+    batch per task (a warm start's); `on_validation` gets each batch's `Validation`."""
     shares = [max(t.weight * t.flops, 1.0) for t in tasks]
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
+        rounds = remaining - remaining % batch  # whole batches, then a smaller last round
+        if first_batch:
+            batch = min(first_batch, batch)
+            rounds, first_batch = min(remaining, batch * len(tasks)), None
         stats = workload_stats(database)
         prior = [s.trials / batch if (s := stats.get(t.workload_hash)) else 0.0 for t in tasks]
         try:
@@ -167,15 +208,18 @@ def search_rounds(
                     tasks=_contexts(tasks, target, threads, seed + done, batch),
                     task_weights=[float(t.weight) for t in tasks],
                     work_dir=work_dir,
-                    # Whole batches, then a smaller last round; a batch that comes back short can still make
-                    # the total overshoot `trials` by less than one batch.
-                    max_trials_global=remaining - remaining % batch,
+                    # A batch that comes back short can make the total overshoot `trials` by less than one batch.
+                    max_trials_global=rounds,
                     num_trials_per_iter=batch,
                     builder=builder,
                     runner=runner,
                     database=database,
                     cost_model=cost_model,
-                    measure_callbacks=[*ms.MeasureCallback.create("default"), progress],
+                    measure_callbacks=[
+                        *([Validation(cost_model, on_validation)] if on_validation else []),  # before it trains
+                        *ms.MeasureCallback.create("default"),
+                        progress,
+                    ],
                 )
         except KeyboardInterrupt:
             save_cost_model(cost_model)  # what this run learnt survives Ctrl-C, like its records

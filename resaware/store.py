@@ -5,6 +5,7 @@
                                                  database_workload.json         (MetaSchedule JSON)
                                                  database_tuning_record.json    (one record a line)
                                                  cost_model.tar                 (XGBoost, with its data)
+                                                 cost_model_validation.jsonl    (its ranking of each new batch)
                                                  tasks.json                     (names of the workloads)
 
 MetaSchedule's lookup ignores the target, so each budget has a database of its own. The store knows
@@ -73,6 +74,16 @@ def read_json(path: Path, default=None):
 
 
 @dataclass(frozen=True)
+class Validated:
+    """A cost model's record on batches it had not trained on (`Slot.validation`)."""
+
+    pairwise: float  # share of candidate pairs it ordered as they measured (0.5: no better than a coin)
+    rmse: float  # mean RMSE of its predicted normalised throughput (best so far / cost, 1 = as fast)
+    batches: int
+    samples: int  # what it was last trained on
+
+
+@dataclass(frozen=True)
 class WorkloadStats:
     """Trials and best mean latency of one workload in a database."""
 
@@ -89,6 +100,82 @@ def mean_seconds(run_secs) -> float | None:
 def trained(cost_model) -> bool:
     """Whether an XGBoost cost model has been trained (an untrained one ranks at random)."""
     return cost_model is not None and getattr(cost_model, "booster", None) is not None
+
+
+def ranks(cost_model) -> bool:
+    """Whether an XGBoost cost model ranks by what it learnt: trained, and past the samples below which
+    MetaSchedule's XGBModel predicts at random."""
+    return trained(cost_model) and cost_model.data_size >= cost_model.num_warmup_samples
+
+
+def replay(record, mod=None):
+    """A tuning record's schedule as a MetaSchedule MeasureCandidate (of `mod`, else the record's
+    workload), or None when its trace no longer replays."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    sch = tvm.s_tir.Schedule(mod if mod is not None else record.workload.mod)
+    try:
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception:
+        return None
+    return ms.MeasureCandidate(sch, record.args_info)
+
+
+DONOR_MARK = "@"  # in a cost model's group key: data from another budget's records (`resaware.transfer`)
+
+
+def fit(model, records, kind: str, threads: int = 1, group: str = "") -> None:
+    """Train an XGBoost cost model on tuning records (their traces replayed for features, their timings
+    as costs), one group per workload; `group` is appended to each group's key, so data from another
+    budget is normalised among itself rather than against this budget's costs."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.utils import shash2hex
+
+    from . import intrinsics
+
+    intrinsics.register(kind)  # else the first TuneContext imports every backend's intrinsics
+    by_workload: dict[int, list] = {}
+    for record in records:
+        by_workload.setdefault(int(tvm_ffi.structural_hash(record.workload.mod)), []).append(record)
+    groups = []
+    for same in by_workload.values():
+        mod = same[0].workload.mod
+        context = ms.TuneContext(mod=mod, target=same[0].target, num_threads=threads)
+        candidates, results = [], []
+        for record in same:
+            if (candidate := replay(record, mod)) is not None:  # a trace that no longer replays teaches nothing
+                candidates.append(candidate)
+                results.append(ms.runner.RunnerResult([float(s) for s in record.run_secs or [FAILED]], None))
+        if candidates:
+            groups.append((context, candidates, results))
+    adaptive = model.adaptive_training
+    for i, (context, candidates, results) in enumerate(groups):
+        key = shash2hex(context.mod)
+        own = None
+        if group:  # XGBModel appends to the group keyed by the workload: put this group's data there
+            own = model.data.pop(key, None)
+            if (earlier := model.data.pop(key + group, None)) is not None:
+                model.data[key] = earlier
+        model.adaptive_training = adaptive and i < len(groups) - 1  # the last update trains on everything
+        try:
+            with quiet.xgboost_warnings():
+                model.update(context, candidates, results)
+        finally:
+            model.adaptive_training = adaptive
+            if group:
+                if (moved := model.data.pop(key, None)) is not None:
+                    moved.group_hash = key + group  # what `save` writes and `load` keys by
+                    model.data[key + group] = moved
+                if own is not None:
+                    model.data[key] = own
+
+
+def nearest(slots: list[Slot], fraction: float) -> Slot | None:
+    """The slot whose realised budget is closest to `fraction`; ties go to the larger budget."""
+    if not slots:
+        return None
+    return min(slots, key=lambda s: (round(abs(s.fraction - fraction), 9), -s.fraction))
 
 
 def workload_stats(database) -> dict[int, WorkloadStats]:
@@ -272,10 +359,14 @@ class Slot:
             for mod in mods:
                 database.commit_workload(mod)
 
-    def shared_database(self):
-        """This budget's database for a tuner appending to it, maybe beside others (see `SharedAppends`)."""
+    def shared_database(self, donor: Slot | None = None):
+        """This budget's database for a tuner appending to it, maybe beside others (see `SharedAppends`);
+        with a `donor` budget, its best records fill in where this one has too few (a warm start)."""
         self.repair()
-        return SharedAppends(str(self.workload_file), str(self.record_file), str(self.records_lock_file))
+        from .transfer import Donor
+
+        return SharedAppends(str(self.workload_file), str(self.record_file), str(self.records_lock_file),
+                             Donor(donor) if donor is not None else None)  # fmt: skip
 
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""
@@ -355,34 +446,47 @@ class Slot:
 
     def rebuild_cost_model(self, threads: int = 1) -> None:
         """Retrain this budget's cost model on every record it holds (after a merge added some): the
-        cost model's data is its records' features, so the model and the records never disagree."""
-        import tvm
-        from tvm.s_tir import meta_schedule as ms
+        cost model's data is its records' features, so the model and the records never disagree. Data
+        a warm start brought from another budget (`resaware.transfer`) stays."""
         from tvm.s_tir.meta_schedule.cost_model import XGBModel
 
-        from . import intrinsics
-
-        intrinsics.register(self.kind)  # else the first TuneContext imports every backend's intrinsics
-        by_workload: dict[int, list] = {}
-        for record in self.database().get_all_tuning_records():
-            by_workload.setdefault(int(tvm_ffi.structural_hash(record.workload.mod)), []).append(record)
         model = XGBModel(num_tuning_cores=threads, adaptive_training=True)
-        for records in by_workload.values():
-            mod = records[0].workload.mod
-            context = ms.TuneContext(mod=mod, target=records[0].target, num_threads=threads)
-            candidates, results = [], []
-            for record in records:
-                sch = tvm.s_tir.Schedule(mod)
-                try:
-                    record.trace.apply_to_schedule(sch, remove_postproc=False)
-                except Exception:  # noqa: S112 - a trace that no longer replays teaches nothing
-                    continue
-                candidates.append(ms.MeasureCandidate(sch, record.args_info))
-                results.append(ms.runner.RunnerResult([float(s) for s in record.run_secs or [FAILED]], None))
-            if candidates:
-                with quiet.xgboost_warnings():
-                    model.update(context, candidates, results)
+        if self.cost_model_file.exists():
+            model.data = {k: g for k, g in self.load_cost_model(threads).data.items() if DONOR_MARK in k}
+            model.data_size = sum(len(g.costs) for g in model.data.values())
+        fit(model, self.database().get_all_tuning_records(), self.kind, threads)
         self.save_cost_model(model)
+
+    @property
+    def has_records(self) -> bool:
+        """Whether this budget's database holds any record."""
+        return self.record_file.exists() and self.record_file.stat().st_size > 0
+
+    @property
+    def validation_file(self) -> Path:
+        """The cost model's validation log: one line per measured batch it had not trained on yet."""
+        return self.path / "cost_model_validation.jsonl"
+
+    def log_validation(self, samples: int, right: int, pairs: int, rmse: float) -> None:
+        """Append how the cost model, last trained on `samples` records, did on a batch it had not seen:
+        pairs of candidates ranked right of `pairs`, and the RMSE of its predicted normalised throughput."""
+        with self.records_locked(), open(self.validation_file, "a") as f:
+            f.write(json.dumps({"samples": samples, "right": right, "pairs": pairs, "rmse": rmse}) + "\n")
+
+    def validation(self, last: int = 20) -> Validated | None:
+        """The cost model's record over its last `last` validated batches; None before any."""
+        entries = []
+        for _, line, _ in _lines(self.validation_file):
+            try:
+                entry = json.loads(line)
+                entries.append((int(entry["samples"]), int(entry["right"]), int(entry["pairs"]), float(entry["rmse"])))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a killed tuner
+        entries = [e for e in entries if e[2] > 0][-last:]
+        if not entries:
+            return None
+        return Validated(sum(e[1] for e in entries) / sum(e[2] for e in entries),
+                         sum(e[3] for e in entries) / len(entries), len(entries), entries[-1][0])  # fmt: skip
 
     def client_cost_model_file(self, client: int) -> Path:
         """Where concurrent client `client` keeps its cost model until the merge."""
@@ -437,8 +541,9 @@ class SharedAppends(PyDatabase):
     both the same id.
     """
 
-    def __init__(self, workload_file: str, record_file: str, lock_path: str):
+    def __init__(self, workload_file: str, record_file: str, lock_path: str, donor=None):
         super().__init__()  # TVM compares workloads structurally by default, like `Slot.database`
+        self.donor = donor  # a `transfer.Donor`: another budget's best records, for the search's start
         self.lock = open(lock_path, "a")
         with self.locked():  # another process may be half-way through a line
             self.inner = JSONDatabase(workload_file, record_file, module_equality="structural")
@@ -464,7 +569,11 @@ class SharedAppends(PyDatabase):
             self.inner.commit_tuning_record(record)
 
     def get_top_k(self, workload, top_k):
-        return self.inner.get_top_k(workload, top_k)
+        # MetaSchedule reads this only for the initial population of its evolutionary search.
+        top = self.inner.get_top_k(workload, top_k)
+        if self.donor is None or len(top) >= top_k:
+            return top
+        return [*top, *self.donor.top_k(workload.mod, top_k - len(top))]
 
     def get_all_tuning_records(self):
         return self.inner.get_all_tuning_records()
@@ -574,13 +683,21 @@ class Store:
                 lines.append(f"\nhardware {current}: {slot.hardware.describe()}")
                 lines.append(
                     f"  {'target':<6} {'budget':>7} {'share':<9} {'tasks':>5} {'trials':>7} {'sum of best task latencies':>28}"
+                    f"  {'cost model on new batches':<30}"
                 )
             stats = slot.stats()
             names = slot.task_names()
             total = sum(s.best_s for s in stats.values() if s.best_s is not None)
             trials = sum(s.trials for s in stats.values())
+            checked = slot.validation()
+            ranking = (
+                f"{checked.pairwise:.0%} of pairs, rmse {checked.rmse:.2f} ({checked.batches} batches)"
+                if checked
+                else "-"
+            )
             lines.append(
                 f"  {slot.kind:<6} {slot.fraction:>7.0%} {slot.key:<9} {len(stats):>5} {trials:>7} {total * 1e3:>25.3f} ms"
+                f"  {ranking}"
             )
             if verbose:
                 for key, s in sorted(stats.items(), key=lambda kv: -(kv[1].best_s or 0)):

@@ -23,7 +23,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from . import clients, confine, hardware, intrinsics, quiet, remote
+from . import clients, confine, hardware, intrinsics, quiet, remote, transfer
 from .budget import Budget, CpuShare, announce
 from .clients import ClientReport
 from .errors import ResawareError
@@ -85,6 +85,7 @@ class BudgetResult:
     history: list[tuple[float, int, float | None]] = field(default_factory=list)
     verification: list[Verification] = field(default_factory=list)
     clients: list[ClientReport] = field(default_factory=list)  # none when nothing was left to tune
+    warm_from: str | None = None  # the budget (share key) whose tuning this one started from
 
     @property
     def measure_rate(self) -> float | None:
@@ -149,6 +150,7 @@ class TuneReport:
             lines.append(
                 f"{b.budget:>7} {len(b.cores):>6} {b.concurrency:>7} {f'{b.trials_run}+{b.trials_before}={b.trials_total}':>13} "
                 f"{f'{tuned}/{len(b.tasks)}':>11} {est:>13} {b.wall_s:>7.0f}s {drift:>25}  {b.stopped_by}"
+                + (f"; warm start from {b.warm_from}" if b.warm_from else "")
             )
         return "\n".join(lines)
 
@@ -247,10 +249,12 @@ def _stopped_by(reports: list[ClientReport]) -> str:
 
 
 def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, concurrency: int, trials: int,
-                 time_limit: float | None, progress: str | None, measure, verifier) -> BudgetResult:  # fmt: skip
-    """Tune one budget's slot: `measure(tasks, before, deadline, on_batch)` runs the clients and returns
-    their reports; `verifier(clients)` gives the runners that re-measure the best schedules; `progress`
-    labels the progress bar (None: no bar)."""
+                 time_limit: float | None, progress: str | None, measure, verifier,
+                 warm_from: Store | None) -> BudgetResult:  # fmt: skip
+    """Tune one budget's slot: `measure(tasks, before, deadline, on_batch, donor, first_batch)` runs the
+    clients and returns their reports; `verifier(clients)` gives the runners that re-measure the best
+    schedules; `progress` labels the progress bar (None: no bar); `warm_from` is the store whose other
+    budgets may warm-start this one (None: start cold)."""
     start = time.monotonic()
     intrinsics.register("llvm")
     if isinstance(model, Plan):
@@ -265,13 +269,23 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
     slot.commit_workloads([t.mod for t in tasks])  # before any tuner appends (see SharedAppends)
     stats = slot.stats()
     before = sum(s.trials for t in tasks if (s := stats.get(t.workload_hash)))
-    stopped_by, verification, tally, reports = "already tuned", [], None, []
+    stopped_by, verification, tally, reports, donor = "already tuned", [], None, [], None
     if before < trials:
+        if warm_from is not None:
+            donor, first_batch = transfer.begin(slot, warm_from, {t.workload_hash for t in tasks}, before == 0,
+                                                len(confine.usable_cores()))  # fmt: skip
+        else:
+            first_batch = None
+        if donor is not None and progress is not None:
+            print(
+                f"resaware: {progress}: warm start from the {donor.fraction:.0%} budget ({donor.key})", file=sys.stderr
+            )
         bar = _progress_bar(progress, trials - before)
         best = {i: s.best_s for i, t in enumerate(tasks) if (s := stats.get(t.workload_hash)) and s.best_s is not None}
         tally = _Tally(bar, tasks, best, before, start)
         try:
-            reports = measure(tasks, before, time.time() + time_limit if time_limit else None, tally.add)
+            deadline = time.time() + time_limit if time_limit else None
+            reports = measure(tasks, before, deadline, tally.add, donor, first_batch)
         finally:
             if bar is not None:
                 bar.close()
@@ -284,7 +298,7 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
         budget=str(asked), realised=slot.fraction, cores=list(cores), concurrency=min(concurrency, len(tasks)),
         slot=str(slot.path), trials_before=before, trials_total=sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         wall_s=time.monotonic() - start, stopped_by=stopped_by, tasks=_results(tasks, slot), verification=verification,
-        history=tally.history if tally else [], clients=reports,
+        history=tally.history if tally else [], clients=reports, warm_from=donor.key if donor is not None else None,
     )  # fmt: skip
 
 
@@ -295,14 +309,15 @@ def _partition_runners(share: CpuShare, k: int) -> list[ConfinedRunner]:
 def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, timing: Timing):
     """Measuring on this machine: one client in this process, or `k` client processes."""
 
-    def measure(tasks, before, deadline, on_batch):
+    def measure(tasks, before, deadline, on_batch, donor, first_batch):
         k_ = min(k, len(tasks))
         if k_ == 1:
             tuner = tuple(sorted({*share.cores, *share.spare(1)}))
-            return [clients.tune_shard(tasks, slot, slot.shared_database(), target, share.cores, tuner, trials, before,
-                                       seed, deadline, timing, on_batch)]  # fmt: skip
+            return [clients.tune_shard(tasks, slot, slot.shared_database(donor), target, share.cores, tuner, trials,
+                                       before, seed, deadline, timing, on_batch, first_batch=first_batch)]  # fmt: skip
         partitions = [p.cores for p in share.partitions(k_)]
-        return clients.run(tasks, slot, partitions, share.spare(k_), trials - before, seed, deadline, timing, on_batch)
+        return clients.run(tasks, slot, partitions, share.spare(k_), trials - before, seed, deadline, timing, on_batch,
+                           donor, first_batch)  # fmt: skip
 
     return measure
 
@@ -310,11 +325,11 @@ def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, t
 def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, trials: int, seed: int, timing: Timing):
     """Measuring on every server under `name`: one client here, searching and building on this machine."""
 
-    def measure(tasks, before, deadline, on_batch):
+    def measure(tasks, before, deadline, on_batch, donor, first_batch):
         here = tuple(confine.usable_cores())
         runner = remote.runner(tracker, name, servers, timing)
-        return [clients.tune_shard(tasks, slot, slot.shared_database(), target, cores, here, trials, before, seed,
-                                   deadline, timing, on_batch, runner=runner)]  # fmt: skip
+        return [clients.tune_shard(tasks, slot, slot.shared_database(donor), target, cores, here, trials, before, seed,
+                                   deadline, timing, on_batch, runner=runner, first_batch=first_batch)]  # fmt: skip
 
     return measure
 
@@ -368,7 +383,8 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
 
 def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
-         tracker: str | None = None, target: str = "llvm", arch: str | None = None) -> TuneReport:  # fmt: skip
+         tracker: str | None = None, target: str = "llvm", arch: str | None = None,
+         warm_start: bool = True) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
     `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
@@ -376,7 +392,9 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     seconds per budget; `concurrency` is how many clients tune a budget at once, each measuring on its
     own partition of the budget's size (`auto`: as many as fit). With `tracker` ("HOST:PORT" of a TVM
     RPC tracker) candidates are measured on every server that `resaware serve` registered there for the
-    budget, and stored under the servers' hardware. Reruns tune only the remainder.
+    budget, and stored under the servers' hardware. Reruns tune only the remainder. A budget tuned for
+    the first time starts from the nearest tuned budget's cost model and best schedules unless
+    `warm_start` is False (`resaware.transfer`; CPU budgets).
 
     `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
     and returns the records each budget holds (`candidates.tune`; `time_limit`, `concurrency`, `tracker`
@@ -402,7 +420,7 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
             raise ResawareError("concurrency is for measuring on this machine; with a tracker every server measures")
         remote.parse_address(tracker)
         return _tune_through(model if isinstance(model, Plan) else resolve(model, shapes), budgets, trials, Store.open(store), seed, time_limit, progress,
-                             timing, tracker)  # fmt: skip
+                             timing, tracker, warm_start)  # fmt: skip
     usable = confine.usable_cores()
     shares = {budget: budget.cpu(usable) for budget in budgets}
     ks = {budget: _concurrency(concurrency, share) for budget, share in shares.items()}  # all checked up front
@@ -419,11 +437,12 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
             verifier = functools.partial(_partition_runners, share)
             label = f"{model.name} @ {budget} ({share.count}c{f' x{ks[budget]}' if ks[budget] > 1 else ''})"
             results.append(_tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
-                                        label if progress else None, measure, verifier))  # fmt: skip
+                                        label if progress else None, measure, verifier,
+                                        store if warm_start else None))  # fmt: skip
     return TuneReport(model.name, hw.id, str(store.root), results)
 
 
-def _tune_through(model, budgets, trials, store, seed, time_limit, progress, timing, tracker) -> TuneReport:
+def _tune_through(model, budgets, trials, store, seed, time_limit, progress, timing, tracker, warm_start) -> TuneReport:
     """Tune each budget on the servers registered for it at `tracker`; records go under their hardware."""
     results, ids = [], []
     for budget in budgets:
@@ -439,5 +458,6 @@ def _tune_through(model, budgets, trials, store, seed, time_limit, progress, tim
                 verifier = lambda _, name=name: [remote.runner(tracker, name, 1, timing)]  # noqa: E731
                 label = f"{model.name} @ {budget} on {servers} server{'s' if servers > 1 else ''}"
                 results.append(_tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
-                                            label if progress else None, measure, verifier))  # fmt: skip
+                                            label if progress else None, measure, verifier,
+                                            store if warm_start else None))  # fmt: skip
     return TuneReport(model.name, ",".join(dict.fromkeys(ids)), str(store.root), results)

@@ -180,3 +180,40 @@ def test_concurrent_measurement_script_quick(tmp_path):
     assert set(rows) == {"alone", "k workers", "beside builds"}
     assert all(row["throughput"] > 0 and 0.3 < row["median_ratio"] < 3 for row in rows.values())
     assert "good picks" in (tmp_path / "concurrent_measurement.md").read_text()
+
+
+def _two_convs(path) -> str:
+    """Conv -> Relu -> Conv, fixed shapes: two kernels, both tunable (no reshape that MetaSchedule skips)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.3, shape).astype("float32"), name)
+               for name, shape in (("w1", (8, 3, 3, 3)), ("w2", (4, 8, 3, 3)))]  # fmt: skip
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]  # fmt: skip
+    graph = helper.make_graph(nodes, "two_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return str(path)
+
+
+@two_cores
+def test_transfer_script_quick(tmp_path):
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    done = _script("transfer.py", "--out", tmp_path, "--models", model, "--work", tmp_path / "work")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "transfer_two_convs.json").read_text())
+    step = data["step"]
+    assert data["tasks"] == 2 and step == 8
+    for row in data["rows"]:  # one step each: the cold start reaches its own final by its last record
+        assert row["cold_trials"] == row["warm_trials"] == step and 0 < row["cold_to_5pct"] <= step
+        assert row["donor"] == {"50%": "100%", "100%": "50%"}[row["budget"]] and row["cold_final_ms"] > 0
+    warm = data["runs"]["warm@50%"]
+    assert len(warm["curve"]) == step and warm["curve"][-1][1] > 0
+    models = {(r["budget"], r["model"]) for r in data["ranking"]}
+    assert len(models) == 8 and all(r["pairwise"] is None or 0 <= r["pairwise"] <= 1 for r in data["ranking"])
+    assert "trials to come within 5%" in (tmp_path / "transfer_two_convs.md").read_text()

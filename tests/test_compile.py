@@ -11,8 +11,7 @@ from conftest import reference, relative_error, two_cores
 
 import resaware
 from resaware import ResawareError
-from resaware.compiling import nearest
-from resaware.store import Slot
+from resaware.store import Slot, nearest
 
 
 def _check_against_onnxruntime(compiled, model, path):
