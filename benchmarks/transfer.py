@@ -133,6 +133,36 @@ def transfer_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def time_modules(name: str, work: Path, rounds: int = 3) -> list[dict]:
+    """The whole model compiled from each cold and warm store's final records, timed at its budget in a
+    confined child, cold and warm interleaved over `rounds`: does the estimate's verdict hold end to end?"""
+    import statistics
+
+    model = resaware.load_onnx(name)
+    rows = []
+    for budget in ("50%", "100%"):
+        compiled = {kind: resaware.compile(model, budget, store=work / f"{model.name}-{kind}-{budget[:-1]}")
+                    for kind in ("cold", "warm")}  # fmt: skip
+        times = {kind: [] for kind in compiled}
+        for _ in range(rounds):
+            for kind, module in compiled.items():
+                times[kind].append(module.benchmark(budget, repeat=10, warmup=2).median_ms)
+        cold, warm = statistics.median(times["cold"]), statistics.median(times["warm"])
+        rows.append({"model": model.name, "budget": budget, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": warm / cold,
+                     "rounds": times})  # fmt: skip
+    return rows
+
+
+def modules_table(rows: list[dict]) -> str:
+    lines = ["whole models compiled from the final records, median ms at the budget (cold and warm interleaved)",
+             f"{'model':<12} {'budget':>6} {'cold':>10} {'warm':>10} {'warm/cold':>9}"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"{r['model']:<12} {r['budget']:>6} {r['cold_ms']:>7.2f} ms {r['warm_ms']:>7.2f} ms {r['warm_over_cold']:>8.2f}x"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- ranking accuracy
 
 
@@ -238,6 +268,62 @@ def ranking(slots, seed: int = 0) -> list[dict]:
     return rows
 
 
+def predict_held_out(slots) -> list[dict]:
+    """`resaware.predict` at a budget it never saw: each slot in turn is left out and predicted from the
+    others; where a stored budget's best schedules were also measured at the left-out one (the same
+    candidates measured at every share, as gpu_check does), predicted and measured latencies compare."""
+    import tvm_ffi
+
+    from resaware.budget import Budget
+    from resaware.predict import estimate
+    from resaware.tasks import Task
+
+    names = {}
+    for s in slots:
+        names.update(s.task_names())
+    rows = []
+    for held in slots:
+        database = held.database()
+        workloads = {
+            int(tvm_ffi.structural_hash(w.mod)): w.mod for w in (r.workload for r in database.get_all_tuning_records())
+        }
+        tasks = [Task(names[str(h)]["name"], sum(names[str(h)]["models"].values()), names[str(h)]["flops"], mod)
+                 for h, mod in workloads.items() if str(h) in names]  # fmt: skip
+        measured = {}  # (workload, trace) -> seconds at the held-out budget
+        for r in database.get_all_tuning_records():
+            if (mean := mean_seconds(r.run_secs)) is not None:
+                measured[(int(tvm_ffi.structural_hash(r.workload.mod)), str(r.trace))] = mean
+        others = [s for s in slots if s is not held]
+        prediction = estimate("held-out", Budget(held.fraction), held.fraction, held.key, tasks, others)
+        for row in prediction.rows:
+            slot = next(s for s in others if s.key == row.key)
+            db = slot.database()
+            total = 0.0
+            for task in tasks:
+                (best,) = db.get_top_k(db.commit_workload(task.mod), 1)
+                total += task.weight * measured.get((task.workload_hash, str(best.trace)), float("nan"))
+            rows.append({"held_out": held.key, "stored": row.key, "judge": prediction.judge,
+                         "predicted_ms": row.predicted_s * 1e3 if row.predicted_s else None,
+                         "measured_ms": total * 1e3, "chosen": prediction.choice is row})  # fmt: skip
+    return rows
+
+
+def predict_table(rows: list[dict]) -> str:
+    lines = ["resaware.predict at a share it never saw (left out, predicted from the others; measured: the same schedules timed there)",
+             f"{'left out':>9} {'schedules of':>12} {'judge':>8} {'predicted':>11} {'measured':>11} {'error':>7}  chosen"]  # fmt: skip
+    for r in rows:
+        error = (
+            f"{r['predicted_ms'] / r['measured_ms'] - 1:+.0%}"
+            if r["predicted_ms"] and r["measured_ms"] == r["measured_ms"]
+            else "-"
+        )
+        predicted = f"{r['predicted_ms']:.4f} ms" if r["predicted_ms"] else "n/a"
+        lines.append(
+            f"{r['held_out']:>9} {r['stored']:>12} {r['judge']:>8} {predicted:>11} {r['measured_ms']:>8.4f} ms {error:>7}  {'<-' if r['chosen'] else ''}"
+        )
+    return "\n".join(lines)
+
+
 def ranking_table(title: str, rows: list[dict]) -> str:
     lines = [
         title,
@@ -259,11 +345,19 @@ def main() -> None:
     parser.add_argument("--work", help="directory for the stores (kept; a rerun resumes)")
     parser.add_argument("--rank-store", help="only rank: a store directory or .tar.gz (e.g. the H200 archive)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-modules", action="store_true",
+                        help="only compile the final cold and warm modules from --work's stores and time them")  # fmt: skip
     args = parser.parse_args()
     if args.quick:  # one step each (4 candidates per task); pass a small --models to keep it short
         args.cold_trials, args.warm_trials = 0, 0
     out = output_dir(args)
     command = "python " + " ".join(sys.argv)
+    if args.time_modules:
+        rows = [row for name in args.models.split(",") for row in time_modules(name, Path(args.work))]
+        table = modules_table(rows)
+        print(table)
+        write(out, "transfer_modules", {"rows": rows}, table, command)
+        return
     if args.rank_store:
         root = Path(args.rank_store)
         if root.suffix == ".gz":
@@ -281,6 +375,10 @@ def main() -> None:
                     tables.append(
                         ranking_table(f"{hw.id} {kind}: cost models ranking held-out records (25% per workload)", rows)
                     )
+                if len(slots) >= 3:
+                    held = predict_held_out(slots)
+                    found[f"{hw.id}/{kind}/predict"] = held
+                    tables.append(predict_table(held))
         table = "\n\n".join(tables)
         print(table)
         write(out, "transfer_ranking-" + Path(args.rank_store).name.split(".")[0], {"ranking": found}, table, command)

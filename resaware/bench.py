@@ -150,9 +150,8 @@ def robust_budget(worst: dict[str, float], fractions: dict[str, float]) -> str |
 
 def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 3, repeat: int = 5,
                  min_seconds: float = 1.0, seed: int = 0, time_limit: float | None = None, untuned: bool = True,
-                 onnxruntime: bool = True, progress: bool = True, warm_start: bool = False) -> CrossBudget:  # fmt: skip
-    """Tune (or reuse the store) at each `tune_at` budget, then time every module at every `run_at` budget.
-    Each budget is tuned from nothing unless `warm_start`, so the rows are the paper's independent tunings."""
+                 onnxruntime: bool = True, progress: bool = True) -> CrossBudget:  # fmt: skip
+    """Tune (or reuse the store) at each `tune_at` budget, then time every module at every `run_at` budget."""
     if rounds < 1 or repeat < 1:
         raise ResawareError(f"rounds and repeat must be at least 1, got {rounds} and {repeat}")
     model = resolve(model)
@@ -160,7 +159,7 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
     tune_shares = _shares(tune_at, usable, "tune-at")
     run_shares = _shares(run_at, usable, "run-at")
     report = tune(model, [s.asked for s in tune_shares.values()], trials, store=store, seed=seed,
-                  time_limit=time_limit, progress=progress, warm_start=warm_start)  # fmt: skip
+                  time_limit=time_limit, progress=progress)  # fmt: skip
     # The modules live only as long as they are timed.
     with tempfile.TemporaryDirectory(prefix="resaware-bench-") as workdir:
         inputs = model.random_inputs(0)

@@ -106,8 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="clients tuning each budget at once, each measuring on its own partition (default 1)")  # fmt: skip
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
-    p.add_argument("--no-warm-start", action="store_true",
-                   help="start a budget tuned for the first time from nothing, not from the nearest tuned budget")  # fmt: skip
+    p.add_argument("--warm-start", action="store_true",
+                   help="start a budget tuned for the first time from the nearest tuned budget's records")  # fmt: skip
     _target_args(p)
 
     p = _command(sub, "serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
@@ -247,7 +247,7 @@ def _cmd_tune(args):
         return
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker,
-                  warm_start=not args.no_warm_start)  # fmt: skip
+                  warm_start=args.warm_start)  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
 
 

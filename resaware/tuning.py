@@ -384,7 +384,7 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
 def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
          tracker: str | None = None, target: str = "llvm", arch: str | None = None,
-         warm_start: bool = True) -> TuneReport:  # fmt: skip
+         warm_start: bool = False) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
 
     `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
@@ -392,9 +392,9 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
     seconds per budget; `concurrency` is how many clients tune a budget at once, each measuring on its
     own partition of the budget's size (`auto`: as many as fit). With `tracker` ("HOST:PORT" of a TVM
     RPC tracker) candidates are measured on every server that `resaware serve` registered there for the
-    budget, and stored under the servers' hardware. Reruns tune only the remainder. A budget tuned for
-    the first time starts from the nearest tuned budget's cost model and best schedules unless
-    `warm_start` is False (`resaware.transfer`; CPU budgets).
+    budget, and stored under the servers' hardware. Reruns tune only the remainder. With `warm_start`,
+    a budget tuned for the first time starts from the nearest tuned budget's cost model and best
+    schedules (`resaware.transfer`; CPU budgets).
 
     `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
     and returns the records each budget holds (`candidates.tune`; `time_limit`, `concurrency`, `tracker`

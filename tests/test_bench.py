@@ -217,3 +217,7 @@ def test_transfer_script_quick(tmp_path):
     models = {(r["budget"], r["model"]) for r in data["ranking"]}
     assert len(models) == 8 and all(r["pairwise"] is None or 0 <= r["pairwise"] <= 1 for r in data["ranking"])
     assert "trials to come within 5%" in (tmp_path / "transfer_two_convs.md").read_text()
+    timed = _script("transfer.py", "--out", tmp_path, "--models", model, "--work", tmp_path / "work", "--time-modules")
+    assert timed.returncode == 0, (timed.stdout + timed.stderr)[-3000:]
+    rows = json.loads((tmp_path / "transfer_modules.json").read_text())["rows"]
+    assert [r["budget"] for r in rows] == ["50%", "100%"] and all(r["cold_ms"] > 0 and r["warm_ms"] > 0 for r in rows)

@@ -31,7 +31,7 @@ def warm_store(small_model, tmp_path_factory):
     """The small model tuned cold at 100%, then warm-started at 50% from it."""
     store = tmp_path_factory.mktemp("warm-store")
     cold = resaware.tune(small_model, "100%", trials=COLD, store=store, progress=False).budgets[0]
-    warm = resaware.tune(small_model, "50%", trials=WARM, store=store, progress=False).budgets[0]
+    warm = resaware.tune(small_model, "50%", trials=WARM, store=store, progress=False, warm_start=True).budgets[0]
     return store, cold, warm
 
 
@@ -71,11 +71,11 @@ def test_a_new_budget_starts_from_the_nearest_tuned_one(small_model, warm_store,
     top = database.get_top_k(workload, 100)
     assert [str(r.trace) for r in top] == [str(r.trace) for r in [*own, *theirs]]
     assert len(database.get_top_k(workload, len(own))) == len(own)
-    # Opting out: a budget tuned cold has no donor data, and its reruns stay cold.
+    # By default a budget is tuned cold: no donor data, and a rerun asking for a warm start stays cold.
     copy = tmp_path / "cold"
     shutil.copytree(store, copy, ignore=shutil.ignore_patterns("cpu-1of2"))
-    first = resaware.tune(small_model, "50%", trials=8, store=copy, progress=False, warm_start=False).budgets[0]
-    again = resaware.tune(small_model, "50%", trials=12, store=copy, progress=False).budgets[0]
+    first = resaware.tune(small_model, "50%", trials=8, store=copy, progress=False).budgets[0]
+    again = resaware.tune(small_model, "50%", trials=12, store=copy, progress=False, warm_start=True).budgets[0]
     assert first.warm_from is None and again.warm_from is None
     assert not any(DONOR_MARK in k for k in _slot(copy, "cpu-1of2").load_cost_model(1).data)
 
