@@ -1,12 +1,15 @@
-"""Warm start: tuning at a new budget begins from what the nearest tuned budget of the device learnt.
+"""Warm start (`tune(..., warm_start=True)`): a new budget begins from what the nearest tuned budget learnt.
 
-A schedule's speed at one share of a device predicts its rank at another (benchmarks/transfer.py
-measures how well), so a budget with no records of its own starts with
+A budget's best schedules are usually good at its neighbours (the cross-budget matrices), so a budget
+with no records of its own starts with
 - a cost model trained on the nearest budget's records, kept in groups of their own so that each
   budget's costs are normalised among themselves, and trained on with its own records as they come;
 - that budget's best schedules in the evolutionary search's initial population (MetaSchedule takes a
   share of it from the database's best records) while its own database holds too few of them;
 - a small first batch per task: the donor's picks need confirming, not a broad random sample.
+
+benchmarks/transfer.py measures it: fewer trials to a cold start's quality in three of four directions
+on this CPU, and a search that stalls near a weak donor's schedules in the fourth; hence opt-in.
 """
 
 from __future__ import annotations
