@@ -33,7 +33,7 @@ import resaware
 from common import add_output_args, output_dir, write
 from resaware import confine, hardware
 from resaware.budget import Budget
-from resaware.store import DONOR_MARK, Store, fit, mean_seconds, replay
+from resaware.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
 from resaware.tasks import extract, lower
 from resaware.transfer import pairwise
 
@@ -300,7 +300,7 @@ def predict_held_out(slots) -> list[dict]:
             db = slot.database()
             total = 0.0
             for task in tasks:
-                (best,) = db.get_top_k(db.commit_workload(task.mod), 1)
+                (best,) = top_records(db, task.mod, 1)
                 total += task.weight * measured.get((task.workload_hash, str(best.trace)), float("nan"))
             rows.append({"held_out": held.key, "stored": row.key, "judge": prediction.judge,
                          "predicted_ms": row.predicted_s * 1e3 if row.predicted_s else None,

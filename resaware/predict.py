@@ -16,7 +16,7 @@ import numpy as np
 
 from .budget import Budget
 from .errors import ResawareError
-from .store import Slot, mean_seconds, nearest, ranks, replay
+from .store import Slot, mean_seconds, nearest, ranks, replay, top_records
 from .tasks import Task
 
 SPREAD = 4.0  # a cost model's relative score is trusted within this factor of the judge's best
@@ -83,11 +83,9 @@ def amdahl(points: list[tuple[float, float]], fraction: float) -> float:
     return float(a + b / fraction)
 
 
-def _best(slot: Slot, database, task: Task):
-    """The slot's best valid record of `task` and its mean seconds, or (None, None)."""
-    if not database.has_workload(task.mod):
-        return None, None
-    for record in database.get_top_k(database.commit_workload(task.mod), 1):
+def _best(database, task: Task):
+    """A database's best valid record of `task` and its mean seconds, or (None, None)."""
+    for record in top_records(database, task.mod, 1):
         if (mean := mean_seconds(record.run_secs)) is not None:
             return record, mean
     return None, None
@@ -134,7 +132,7 @@ def estimate(
     if judge is not None and judge is not own:
         prediction.notes.append(f"schedules ranked by the cost model of {judge.key}")
     databases = {s.key: s.database() for s in slots}
-    best = {s.key: [_best(s, databases[s.key], t) for t in tasks] for s in slots}
+    best = {s.key: [_best(databases[s.key], t) for t in tasks] for s in slots}
     # Kernels no budget has a record of get default schedules whichever records compile the model.
     kept = [i for i in range(len(tasks)) if any(best[s.key][i][1] is not None for s in slots)]
     if len(kept) < len(tasks):

@@ -171,6 +171,14 @@ def fit(model, records, kind: str, threads: int = 1, group: str = "") -> None:
                     model.data[key] = own
 
 
+def top_records(database, mod, count: int) -> list:
+    """A database's `count` best records of the workload `mod`; none if it never saw it (read only:
+    `commit_workload` would add the workload to the file)."""
+    if count <= 0 or not database.has_workload(mod):
+        return []
+    return list(database.get_top_k(database.commit_workload(mod), count))
+
+
 def nearest(slots: list[Slot], fraction: float) -> Slot | None:
     """The slot whose realised budget is closest to `fraction`; ties go to the larger budget."""
     if not slots:

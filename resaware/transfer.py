@@ -14,7 +14,7 @@ on this CPU, and a search that stalls near a weak donor's schedules in the fourt
 
 from __future__ import annotations
 
-from .store import DONOR_MARK, Slot, Store, fit, nearest
+from .store import DONOR_MARK, Slot, Store, fit, nearest, top_records
 
 FIRST_BATCH = 4  # candidates per task in a warm-started budget's first round
 
@@ -75,9 +75,7 @@ class Donor:
 
     def top_k(self, mod, count: int) -> list:
         """The donor's `count` best records of the workload `mod` (none if it never tuned it)."""
-        if count <= 0 or not self.database.has_workload(mod):
-            return []
-        return list(self.database.get_top_k(self.database.commit_workload(mod), count))
+        return top_records(self.database, mod, count)
 
 
 def pairwise(scores, costs) -> tuple[int, int]:
