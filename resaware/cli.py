@@ -96,9 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     _shape_arg(p)
     p.add_argument("--plan", help="tune the tasks of a plan written by `resaware record` instead of a model")
     p.add_argument("--budgets", help="comma-separated budgets, e.g. 50%%,100%% (default with --plan: the plan's)")
-    p.add_argument("--trials", required=True, type=int, help="measured candidates per budget, counted in the store")
+    p.add_argument("--trials", type=int, help="measured candidates per budget, counted in the store")
     _store_arg(p)
-    p.add_argument("--time", help="wall-clock limit per budget (e.g. 30m); stops at trials or time, whichever first")
+    p.add_argument("--time", help="wall-clock limit per budget (e.g. 30m); stops at trials or time, whichever "
+                   "first; --time alone tunes for that long")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -230,7 +231,9 @@ def _cmd_tune(args):
     from .plan import Plan
     from .tuning import tune
 
-    if args.trials < 0:
+    if args.trials is None and (args.time is None or args.target == "cuda"):
+        raise ResawareError("give --trials N, --time 30m or both (CUDA tuning needs --trials)")
+    if args.trials is not None and args.trials < 0:
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
     if (args.model is None) == (args.plan is None):
         raise ResawareError("give a model or --plan PLAN (one of them)")

@@ -27,8 +27,15 @@ from .store import mean_seconds, ranks, workload_stats
 from .tasks import Task
 from .transfer import pairwise
 
+UNLIMITED = 10**8  # the trial count of a run bounded by time alone (TVM counts trials in int32)
+OPEN_BATCH = 8
+
 
 def _batch_size(trials: int, n_tasks: int) -> int:
+    """Candidates per batch: the trials spread over every task, 4 to 64; a run bounded by time alone
+    takes small batches, so that every task has records early and the time goes where latency is."""
+    if trials > UNLIMITED // 2:
+        return OPEN_BATCH
     return max(4, min(64, trials // max(n_tasks, 1)))
 
 
@@ -60,18 +67,21 @@ def _contexts(tasks: list[Task], target, threads: int, seed: int, batch: int) ->
 
 @derived_object
 class Progress(PyMeasureCallback):
-    """Reports every measured batch as (task index, candidates, best mean seconds or None) and ends
-    tuning at the deadline (seconds since the epoch)."""
+    """Reports every measured batch as (task index, candidates, best mean seconds or None), keeps each
+    task's best, and ends tuning at the deadline (seconds since the epoch)."""
 
     def __init__(self, on_batch: Callable[[int, int, float | None], None], deadline: float | None):
         super().__init__()
         self.on_batch, self.deadline = on_batch, deadline
+        self.best: dict[int, float] = {}  # task index -> best mean seconds measured (the scheduler's shares)
         self.timed_out = False
         self.stop_asked = False  # Ctrl-C: stop after the batch in flight
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         means = [mean_seconds(r.run_secs) for r in runner_results if r.error_msg is None]
         valid = [m for m in means if m is not None]
+        if valid:
+            self.best[int(task_id)] = min(self.best.get(int(task_id), min(valid)), min(valid))
         self.on_batch(int(task_id), len(runner_results), min(valid) if valid else None)
         # Runs after MetaSchedule's own callbacks, so this batch is already in the database and the
         # cost model; raising is the one way to end the task scheduler's loop early.
@@ -134,18 +144,32 @@ class Validation(PyMeasureCallback):
 
 @derived_object
 class WeightedScheduler(PyTaskScheduler):
-    """Gives every task one batch (heaviest first), then batches in proportion to weight x FLOPs,
-    counting the batches the store already holds (`prior`), so a resumed run continues the split.
+    """Gives every task one batch (heaviest first), then batches in proportion to the task's share of
+    the model's time: weight x its best latency so far (`best`, task index -> seconds, kept current by
+    `Progress`), counting the batches the store already holds (`prior`), so a resumed run continues.
+
+    Time, not FLOPs: after a first round on SqueezeNet a 3x3 conv ran at 34 GFLOP/s and took 26% of the
+    kernel time while a 1x1 conv with three times its FLOPs ran at 82 GFLOP/s; FLOPs gave the 1x1 conv
+    five times the trials. A task with no valid measurement counts its FLOPs at the best rate measured.
 
     Finished batches are joined before the next task is picked, so each one reaches the store and
     the progress bar at once. TVM's gradient scheduler holds every result until all tasks have had a
     batch (369 candidates for ResNet-50 at --trials 400), where a crash or a time limit loses them.
     """
 
-    def __init__(self, shares: list[float], prior: list[float] | None = None):
+    def __init__(self, tasks: list[Task], best: dict[int, float], prior: list[float] | None = None):
         super().__init__()
-        self.shares = shares
-        self.sent = list(prior or [0.0] * len(shares))
+        self.weights = [t.weight for t in tasks]
+        self.flops = [max(t.flops, 1.0) for t in tasks]
+        self.best = best
+        self.sent = list(prior or [0.0] * len(tasks))
+
+    def share(self, i: int) -> float:
+        """Seconds task `i` takes per inference (an estimate until it has a valid measurement)."""
+        if (best := self.best.get(i)) is not None:
+            return self.weights[i] * best
+        rate = max((self.flops[j] / b for j, b in self.best.items() if b > 0), default=1e10)
+        return self.weights[i] * self.flops[i] / rate
 
     def next_task_id(self) -> int:
         scheduler = self._outer()
@@ -159,8 +183,9 @@ class WeightedScheduler(PyTaskScheduler):
         if fresh:
             pick = fresh[0]
         else:
-            sent, total = sum(self.sent[i] for i in alive), sum(self.shares[i] for i in alive)
-            pick = max(alive, key=lambda i: (self.shares[i] / total * sent - self.sent[i], -i))
+            shares = {i: self.share(i) for i in alive}
+            sent, total = sum(self.sent[i] for i in alive), sum(shares.values())
+            pick = max(alive, key=lambda i: (shares[i] / total * sent - self.sent[i], -i))
         self.sent[pick] += 1
         return pick
 
@@ -186,7 +211,6 @@ def search_rounds(
     """Run MetaSchedule until the store holds `trials` records of these tasks (it holds `done`);
     say what stopped it: "trials", "time" or "search space". `first_batch` sizes a first round of one
     batch per task (a warm start's); `on_validation` gets each batch's `Validation`."""
-    shares = [max(t.weight * t.flops, 1.0) for t in tasks]
     while done < trials:
         remaining = trials - done
         batch = min(_batch_size(remaining, len(tasks)), remaining)
@@ -196,6 +220,9 @@ def search_rounds(
             rounds, first_batch = min(remaining, batch * len(tasks)), None
         stats = workload_stats(database)
         prior = [s.trials / batch if (s := stats.get(t.workload_hash)) else 0.0 for t in tasks]
+        for i, t in enumerate(tasks):  # what earlier runs measured counts too
+            if (s := stats.get(t.workload_hash)) and s.best_s is not None:
+                progress.best[i] = min(progress.best.get(i, s.best_s), s.best_s)
         try:
             with (
                 progress.ctrl_c_after_batch(),
@@ -204,7 +231,7 @@ def search_rounds(
                 quiet.no_notebook_tables(),
             ):
                 ms.tune_tasks(
-                    task_scheduler=WeightedScheduler(shares, prior),
+                    task_scheduler=WeightedScheduler(tasks, progress.best, prior),
                     tasks=_contexts(tasks, target, threads, seed + done, batch),
                     task_weights=[float(t.weight) for t in tasks],
                     work_dir=work_dir,

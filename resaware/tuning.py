@@ -30,6 +30,7 @@ from .errors import ResawareError
 from .measure import ConfinedRunner, Timing, build_one, remove_artifact
 from .model import Model, resolve
 from .plan import Plan
+from .search import UNLIMITED
 from .store import Slot, Store, mean_seconds
 from .tasks import Task, extract, lower
 
@@ -280,7 +281,7 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
             print(
                 f"resaware: {progress}: warm start from the {donor.fraction:.0%} budget ({donor.key})", file=sys.stderr
             )
-        bar = _progress_bar(progress, trials - before)
+        bar = _progress_bar(progress, None if trials == UNLIMITED else trials - before)
         best = {i: s.best_s for i, t in enumerate(tasks) if (s := stats.get(t.workload_hash)) and s.best_s is not None}
         tally = _Tally(bar, tasks, best, before, start)
         try:
@@ -334,7 +335,7 @@ def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, t
     return measure
 
 
-def _progress_bar(label: str | None, total: int):
+def _progress_bar(label: str | None, total: int | None):
     if label is None:
         return None
     from tqdm import tqdm  # text bars: Jupyter draws them too, without ipywidgets
@@ -381,11 +382,12 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
     return candidates.tune(resolve(model, shapes), "cuda", budgets, trials, store, arch=arch, seed=seed)
 
 
-def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: float | None = None,
+def tune(model, budgets, trials: int | None, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
          tracker: str | None = None, target: str = "llvm", arch: str | None = None,
          warm_start: bool = False) -> TuneReport:  # fmt: skip
-    """Tune `model` at each budget until the store holds `trials` measured candidates for it there.
+    """Tune `model` at each budget until the store holds `trials` measured candidates for it there, or
+    for `time_limit` seconds (whichever comes first; `trials=None`: for the time limit alone).
 
     `model` is a Model, an ONNX path, `zoo:NAME`, a ModelProto or a `Plan` (its tasks, at its budgets
     unless `budgets` says otherwise); `budgets` are fractions or percents; `time_limit` is wall-clock
@@ -404,10 +406,13 @@ def tune(model, budgets, trials: int, store=None, seed: int = 0, time_limit: flo
         return _tune_cuda(model, budgets, trials, store, seed, shapes, arch)
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware tunes for: use llvm (CPU) or cuda")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+    if trials is None and time_limit is None:
+        raise ResawareError("give a trial count, a time limit, or both (e.g. trials=256 or time_limit=1800)")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     if time_limit is not None and (not math.isfinite(time_limit) or time_limit <= 0):
         raise ResawareError(f"time limit must be a positive number of seconds, got {time_limit!r}")
+    trials = UNLIMITED if trials is None else trials
     if budgets is None:
         if not isinstance(model, Plan):
             raise ResawareError("no budget given: e.g. budgets=['50%', '100%'] (only a Plan brings its own)")

@@ -7,7 +7,9 @@ from conftest import two_cores
 
 import resaware
 from resaware import ResawareError
+from resaware.search import OPEN_BATCH, WeightedScheduler
 from resaware.store import Store
+from resaware.tasks import Task
 
 
 def _record_lines(slot):
@@ -90,3 +92,24 @@ def test_report_json_and_table(small_store):
 def test_bad_trials(small_model, tmp_path, trials):
     with pytest.raises(ResawareError, match="trials"):
         resaware.tune(small_model, "50%", trials=trials, store=tmp_path)
+
+
+def test_time_alone_tunes_in_small_batches(small_model, tmp_path):
+    report = resaware.tune(small_model, "100%", trials=None, store=tmp_path, time_limit=20, progress=False)
+    result = report.budgets[0]
+    assert result.stopped_by == "time" and result.trials_total > 0
+    _, trials, _ = zip(*result.history)
+    # A batch of OPEN_BATCH per task first, whatever the (unbounded) trial count would spread.
+    assert max(b - a for a, b in zip((0, *trials), trials)) <= OPEN_BATCH
+    with pytest.raises(ResawareError, match="time limit"):
+        resaware.tune(small_model, "100%", trials=None, store=tmp_path)
+
+
+def test_trials_follow_each_tasks_share_of_the_time():
+    tasks = [Task("conv1x1", 1, 173e6, None), Task("conv3x3", 2, 54e6, None), Task("pool", 1, 2e6, None)]
+    best = {0: 2.1e-3, 1: 1.6e-3}  # SqueezeNet after a first round: 82 and 34 GFLOP/s
+    scheduler = WeightedScheduler(tasks, best)
+    # By time, the 3x3 conv (3.2 ms a call) comes before the 1x1 conv with three times its FLOPs (2.1 ms).
+    assert scheduler.share(1) == pytest.approx(3.2e-3) and scheduler.share(0) == pytest.approx(2.1e-3)
+    # Not measured yet: its FLOPs at the best rate measured (the 1x1 conv's).
+    assert scheduler.share(2) == pytest.approx(2e6 / (173e6 / 2.1e-3))
