@@ -186,9 +186,10 @@ def heatmap(matrix, path: str | os.PathLike | None = None):
 
 
 def curves(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike | None = None, title: str = "",
-           target_ms: float | None = None, dotted: Iterable[str] = ()):  # fmt: skip
-    """Latency (ms, log scale) against wall seconds, one step line per label of `series` (label -> points);
-    labels in `dotted` are drawn thin and dotted in the colour of the line before; `target_ms` dashed."""
+           lines: dict[str, float] | None = None, dotted: Iterable[str] = (), xlabel: str = "wall seconds"):  # fmt: skip
+    """Latency (ms, log scale) against wall time, one step line per label of `series` (label -> points);
+    labels in `dotted` are drawn thin and dotted in the colour of the line before; `lines` (label -> ms)
+    are horizontal and dashed."""
     dotted = set(dotted)
     fig = _figure(7.5, 4.5)
     ax = fig.add_subplot()
@@ -200,10 +201,10 @@ def curves(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike
         else:
             (line,) = ax.step(seconds, ms, where="post", marker="o", markersize=4, label=label)
             colour = line.get_color()
-    if target_ms:
-        ax.axhline(target_ms, color="grey", linestyle="--", linewidth=1, label="best final + 5%")
+    for (label, ms), style in zip((lines or {}).items(), ("--", "-.", (0, (5, 2, 1, 2)))):
+        ax.axhline(ms, color="grey", linestyle=style, linewidth=1, label=f"{label} ({ms:.3g} ms)")
     _log_y(ax)
-    ax.set_xlabel("wall seconds")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("latency (ms)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7)

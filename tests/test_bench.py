@@ -221,3 +221,25 @@ def test_transfer_script_quick(tmp_path):
     assert timed.returncode == 0, (timed.stdout + timed.stderr)[-3000:]
     rows = json.loads((tmp_path / "transfer_modules.json").read_text())["rows"]
     assert [r["budget"] for r in rows] == ["50%", "100%"] and all(r["cold_ms"] > 0 and r["warm_ms"] > 0 for r in rows)
+
+
+@two_cores
+def test_time_to_quality_script_quick(tmp_path):
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    done = _script("time_to_quality.py", "--out", tmp_path, "--model", model, "--budget", "50%")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "time_to_quality-two_convs-50pct.json").read_text())
+    assert data["onnxruntime_ms"] > 0 and data["untuned_ms"] > 0
+    for contestant in data["contestants"].values():
+        # Bounded by time alone: stopped by the cap, one module at the 0.5-minute mark and one at the end.
+        assert contestant["stopped_by"] == "cap" and contestant["trials"] > 0
+        marks, trials, ms = zip(*contestant["quality"])
+        assert marks[0] == 30 and marks[1] == contestant["wall_s"] >= 60
+        assert trials[0] <= trials[1] == contestant["trials"] and min(ms) > 0
+        assert contestant["ratio_to_ort"]["0.5"] == pytest.approx(ms[0] / data["onnxruntime_ms"])
+        assert contestant["max_rel_error"] < 1e-4
+    # Every batch is small enough for the first round to reach both kernels in the first half-minute.
+    assert all(t[1] <= 16 for t in data["contestants"]["resaware"]["curve"][:2])
+    table = (tmp_path / "time_to_quality-two_convs-50pct.md").read_text()
+    assert "trials per minute, resaware / stock expert" in table and "ONNX Runtime" in table
+    assert (tmp_path / "time_to_quality-two_convs-50pct.png").exists()

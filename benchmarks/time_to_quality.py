@@ -1,0 +1,172 @@
+"""Time to quality: the best whole-model latency against tuning wall time, stock MetaSchedule and
+resaware in one run, with ONNX Runtime and untuned TVM as horizontal lines.
+
+For one model and budget, each contestant tunes for `--minutes` in a child process of its own, bounded
+by time alone (the contestants of `tuning_speed.py`: "expert" is stock `tune_relax` with the host's
+`mcpu`, a lean build function and resaware's batch size; "resaware" is `resaware.tune` with its
+defaults). At fixed wall times (`--at`, minutes) and at the end, the model is compiled from the records
+the contestant had committed by then (`resaware.compile`, the same way for both), and every module,
+ONNX Runtime (its own threads confined to the budget's cores) and the untuned module (compile's default
+schedules) are timed at the budget, interleaved over rounds. Trials per minute and the latency ratio to
+ONNX Runtime at each mark are the figures the issue asks for.
+
+    python benchmarks/time_to_quality.py --model zoo:squeezenet --budget 50% --minutes 30
+    python benchmarks/time_to_quality.py --model zoo:resnet50 --budget 100% --minutes 120 --keep /work/ttq
+    python benchmarks/time_to_quality.py --quick      # CI smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import tvm
+from tuning_speed import CONTESTANTS, race_one, snapshot
+
+import resaware
+from common import add_output_args, output_dir, write
+from resaware import confine, hardware, reference
+from resaware.bench import TOLERANCE, interleaved, rel_error
+from resaware.budget import Budget
+from resaware.compiled import run_confined
+from resaware.plot import curves
+from resaware.search import UNLIMITED
+
+ORT, UNTUNED = "ONNX Runtime", "TVM untuned"
+
+
+def marks(curve: list, wall_s: float, trials: int, minutes: list[float]) -> list[tuple[float, float, int]]:
+    """(mark seconds, seconds, trials) for each mark the run reached: the records committed by the
+    last batch before the mark; and the end of the run as a mark of its own."""
+    points = []
+    for m in minutes:
+        if m * 60 < wall_s:
+            before = [p for p in curve if p[0] <= m * 60]
+            points.append((m * 60, before[-1][0] if before else 0.0, before[-1][1] if before else 0))
+    return [*points, (wall_s, wall_s, trials)]
+
+
+def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
+    """Compile each contestant's records at its marks and time all modules, ONNX Runtime and the untuned
+    module together (interleaved rounds); adds `quality` [(mark s, trials, median ms)] to each contestant
+    and returns the baselines' median ms."""
+    model = resaware.load_onnx(args.model)
+    share = Budget.parse(args.budget).cpu(confine.usable_cores())
+    inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
+    expected = reference.outputs(model, inputs)
+    snapshots = work / "snapshots"
+    timers = {}
+
+    def add(key, compiled) -> float:
+        path = compiled.export(snapshots / f"{len(timers)}.so")
+        error = rel_error(compiled(*inputs), expected)
+        if error >= TOLERANCE:
+            raise SystemExit(f"{key}: outputs differ from ONNX Runtime ({error:.1e})")
+        timers[key] = functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
+        return error
+
+    with tempfile.TemporaryDirectory() as empty:
+        add(UNTUNED, resaware.compile(model, args.budget, store=empty))
+    timers[ORT] = functools.partial(reference.latency, model, share.cores, args.budget, args.repeat, 2, 1.0)
+    for name, r in results.items():
+        r["marks"] = marks(r["curve"], r["wall_s"], r["trials"], args.at)
+        for mark, _, done in r["marks"]:
+            final = mark == r["wall_s"]
+            store = Path(r["store"]) if final else snapshot(Path(r["store"]), done, snapshots / f"{name}-{done}")
+            error = add((name, mark, done), resaware.compile(model, args.budget, store=store))
+            if final:
+                r["max_rel_error"] = error
+    print(f"timing {len(timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
+    samples = {
+        key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
+    }
+    for name, r in results.items():
+        r["quality"] = [[mark, done, samples[name, mark, done]] for mark, _, done in r["marks"]]
+        r["final_latency_ms"] = r["quality"][-1][2]
+    return {ORT: samples[ORT], UNTUNED: samples[UNTUNED]}
+
+
+def at(quality: list, seconds: float) -> float | None:
+    """The latency of the module compiled at the mark `seconds`, if the run reached it."""
+    return next((ms for mark, _, ms in quality if abs(mark - seconds) < 1e-6), None)
+
+
+def table(results: dict[str, dict], lines_ms: dict[str, float], args, cores: int) -> str:
+    ort = lines_ms[ORT]
+    heads = [f"{m:g} min" for m in args.at if m < args.minutes] + ["end"]
+    rows = [
+        f"time to quality: {args.model} at {args.budget} ({cores} cores), {args.minutes:g} min per contestant, "
+        f"seed {args.seed}",
+        f"ONNX Runtime {ort:.3g} ms, TVM untuned {lines_ms[UNTUNED]:.3g} ms (same rounds)",
+        f"{'contestant':<14} {'trials':>6} {'wall s':>7} {'trials/min':>10}  " + "  ".join(f"{h:>17}" for h in heads),
+    ]
+    for r in results.values():
+        cells = [f"{ms:8.3g} ms {ms / ort:5.2f}x" for _, _, ms in r["quality"]]
+        rows.append(f"{r['label']:<14} {r['trials']:>6} {r['wall_s']:>7.0f} {r['trials_per_min']:>10.1f}  "
+                    + "  ".join(f"{c:>17}" for c in cells))  # fmt: skip
+    rows.append(
+        "cells: the module compiled from the records committed by that time, median of "
+        f"{args.rounds} interleaved rounds, and its latency / ONNX Runtime's"
+    )
+    expert, ours = results.get("expert"), results.get("resaware")
+    if expert and ours:
+        rows.append(f"trials per minute, resaware / stock expert: {ours['trials_per_min'] / expert['trials_per_min']:.2f}x; "
+                    f"final latency, resaware / stock expert: {ours['final_latency_ms'] / expert['final_latency_ms']:.2f}x")  # fmt: skip
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_output_args(parser)
+    parser.add_argument("--model", default="zoo:squeezenet")
+    parser.add_argument("--budget", default="50%")
+    parser.add_argument("--minutes", type=float, default=30.0, help="tuning time per contestant")
+    parser.add_argument("--at", default="5,10,15,30,60,120", help="minutes at which modules are compiled and timed")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--contestants", default="expert,resaware", help=f"from {', '.join(CONTESTANTS)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per module and round (at least 1 s)")
+    parser.add_argument("--keep", help="keep stores and logs here; a contestant finished there is reused")
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.at, args.rounds, args.repeat = 1.0, "0.5", 1, 3
+    args.at = [float(m) for m in str(args.at).split(",")]
+    names = args.contestants.split(",")
+    if unknown := set(names) - set(CONTESTANTS):
+        parser.error(f"unknown contestants {sorted(unknown)}: choose from {', '.join(CONTESTANTS)}")
+    # What tuning_speed.race_one reads: bounded by time alone, every contestant with the same cap.
+    args.cap = args.defaults_cap = args.minutes * 60
+    args.trials = UNLIMITED
+    out = output_dir(args)
+    cores = Budget.parse(args.budget).cpu(confine.usable_cores()).count
+    with tempfile.TemporaryDirectory(prefix="resaware-ttq-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        results = {name: race_one(name, args, work) for name in names}
+        lines_ms = score(results, args, work)
+    for r in results.values():
+        r["at_minutes"] = {f"{m:g}": at(r["quality"], m * 60) for m in args.at}
+        r["ratio_to_ort"] = {k: (v / lines_ms[ORT] if v else None) for k, v in r["at_minutes"].items()}
+        del r["marks"]
+    text = table(results, lines_ms, args, cores)
+    print(text)
+    data = {"model": args.model, "budget": args.budget, "cores": cores, "minutes": args.minutes, "seed": args.seed,
+            "onnxruntime_ms": lines_ms[ORT], "untuned_ms": lines_ms[UNTUNED], "contestants": results,
+            "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
+    stem = f"time_to_quality-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"
+    write(out, stem, data, text, "python " + " ".join(sys.argv))
+    series = {}
+    for r in results.values():
+        series[f"{r['label']}: module"] = [(s / 60, ms) for s, _, ms in r["quality"]]
+        series[f"{r['label']}: estimate"] = [(s / 60, e * 1e3) for s, _, e in r["curve"] if e is not None]
+    title = f"{args.model} at {args.budget}: best whole-model latency while tuning"
+    curves(series, out / f"{stem}.png", title, lines=lines_ms, dotted=[k for k in series if k.endswith("estimate")],
+           xlabel="tuning wall time (min)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
