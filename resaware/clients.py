@@ -6,8 +6,9 @@ its cost model and builds there too, plus on the cores no partition has. MetaSch
 runner, so a client never searches while it measures, and no client touches another's partition:
 each measurement has its cores to itself while the others share only the last-level cache and memory.
 
-Tasks are dealt so that each client gets about the trials the serial scheduler would give its tasks
-(one batch each, then in proportion to weight x FLOPs), balanced largest first. Each client trains a
+Tasks are dealt up front, before anything is measured: each client gets one batch per task, then trials
+in proportion to its tasks' weight x FLOPs, balanced largest first (within a client, the scheduler then
+follows measured time, `search.WeightedScheduler`). Each client trains a
 cost model of its own, started from the budget's: XGBoost keeps its training data per workload and the
 shards are disjoint, so their union is merged back into the budget's model at the end
 (`Slot.merge_cost_models`); sharing one model live would mean shipping every batch's features between
@@ -38,7 +39,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import confine, hardware, intrinsics
 from .errors import ResawareError
 from .measure import ConfinedRunner, PooledBuilder, Timing, worker_state
-from .search import Progress, _batch_size, phases, search_rounds
+from .search import UNLIMITED, Progress, _batch_size, phases, search_rounds
 from .store import Slot
 from .tasks import Task
 
@@ -67,8 +68,8 @@ class ClientReport:
 def shard(tasks: list[Task], k: int, trials: int, existing: list[int] | None = None) -> list[tuple[list[int], int]]:
     """Deal task indices to `k` clients: (indices, trials) each, trials summing to `trials`.
 
-    Each task needs what the serial scheduler would give it of the store's final count (one batch,
-    then in proportion to weight x FLOPs) minus the records it `existing`ly has; largest need first.
+    Each task needs one batch, then its weight x FLOPs' share of the store's final count, minus the
+    records it `existing`ly has; largest need first.
     """
     k = max(1, min(k, len(tasks)))
     existing = existing or [0] * len(tasks)
@@ -165,6 +166,7 @@ def _run_once(
 ) -> list[ClientReport]:
     """One round of `run`: spawn the clients, relay their batches, merge their cost models."""
     stats = slot.stats()
+    open_ended = trials > UNLIMITED // 2  # bounded by time alone: so is each client, in batches of OPEN_BATCH
     plan = shard(tasks, len(partitions), trials, [s.trials if (s := stats.get(t.workload_hash)) else 0 for t in tasks])
     with tempfile.TemporaryDirectory(prefix="resaware-clients-") as tmp:
         tasks_file = Path(tmp) / "tasks.json"
@@ -178,7 +180,7 @@ def _run_once(
                 before = sum(s.trials for t in ids if (s := stats.get(tasks[t].workload_hash)))
                 spec = {
                     "client": i, "slot": str(slot.path), "tasks": str(tasks_file), "ids": ids,
-                    "before": before, "trials": before + allotted, "seed": seed + 100_003 * i,
+                    "before": before, "trials": UNLIMITED if open_ended else before + allotted, "seed": seed + 100_003 * i,
                     "cores": list(cores), "tuner_cores": list(tuner), "deadline": deadline, "timing": asdict(timing),
                     "donor": str(donor.path) if donor is not None else None, "first_batch": first_batch,
                 }  # fmt: skip

@@ -7,6 +7,7 @@ touches a global backend or needs a display.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterable
@@ -201,7 +202,7 @@ def curves(series: dict[str, list[tuple[float, float]]], path: str | os.PathLike
         else:
             (line,) = ax.step(seconds, ms, where="post", marker="o", markersize=4, label=label)
             colour = line.get_color()
-    for (label, ms), style in zip((lines or {}).items(), ("--", "-.", (0, (5, 2, 1, 2)))):
+    for (label, ms), style in zip((lines or {}).items(), itertools.cycle(("--", "-.", (0, (5, 2, 1, 2)), ":"))):
         ax.axhline(ms, color="grey", linestyle=style, linewidth=1, label=f"{label} ({ms:.3g} ms)")
     _log_y(ax)
     ax.set_xlabel(xlabel)

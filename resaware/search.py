@@ -150,7 +150,7 @@ class WeightedScheduler(PyTaskScheduler):
 
     Time, not FLOPs: after a first round on SqueezeNet a 3x3 conv ran at 34 GFLOP/s and took 26% of the
     kernel time while a 1x1 conv with three times its FLOPs ran at 82 GFLOP/s; FLOPs gave the 1x1 conv
-    five times the trials. A task with no valid measurement counts its FLOPs at the best rate measured.
+    five times the trials. A task with no valid measurement counts its FLOPs at the median rate measured.
 
     Finished batches are joined before the next task is picked, so each one reaches the store and
     the progress bar at once. TVM's gradient scheduler holds every result until all tasks have had a
@@ -168,7 +168,9 @@ class WeightedScheduler(PyTaskScheduler):
         """Seconds task `i` takes per inference (an estimate until it has a valid measurement)."""
         if (best := self.best.get(i)) is not None:
             return self.weights[i] * best
-        rate = max((self.flops[j] / b for j, b in self.best.items() if b > 0), default=1e10)
+        # At the median rate measured: neither starved (the best rate) nor favoured (the worst).
+        rates = sorted(self.flops[j] / b for j, b in self.best.items() if b > 0)
+        rate = rates[len(rates) // 2] if rates else 1e10
         return self.weights[i] * self.flops[i] / rate
 
     def next_task_id(self) -> int:

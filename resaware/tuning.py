@@ -382,7 +382,7 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
     return candidates.tune(resolve(model, shapes), "cuda", budgets, trials, store, arch=arch, seed=seed)
 
 
-def tune(model, budgets, trials: int | None, store=None, seed: int = 0, time_limit: float | None = None,
+def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
          tracker: str | None = None, target: str = "llvm", arch: str | None = None,
          warm_start: bool = False) -> TuneReport:  # fmt: skip

@@ -111,5 +111,5 @@ def test_trials_follow_each_tasks_share_of_the_time():
     scheduler = WeightedScheduler(tasks, best)
     # By time, the 3x3 conv (3.2 ms a call) comes before the 1x1 conv with three times its FLOPs (2.1 ms).
     assert scheduler.share(1) == pytest.approx(3.2e-3) and scheduler.share(0) == pytest.approx(2.1e-3)
-    # Not measured yet: its FLOPs at the best rate measured (the 1x1 conv's).
+    # Not measured yet: its FLOPs at the median rate measured (of two, the faster: the 1x1 conv's).
     assert scheduler.share(2) == pytest.approx(2e6 / (173e6 / 2.1e-3))
