@@ -45,17 +45,15 @@ from resaware.search import UNLIMITED
 ORT, UNTUNED = "ONNX Runtime", "TVM untuned"
 
 
-def marks(
-    curve: list, wall_s: float, trials: int, minutes: list[float], cap_s: float
-) -> list[tuple[float, float, int]]:
-    """(mark seconds, seconds, trials) for each mark before the cap: the records committed by the last
-    batch before the mark; and the end of the run (the cap, give or take a batch) as a mark of its own."""
+def marks(curve: list, wall_s: float, trials: int, minutes: list[float], cap_s: float) -> list[tuple[float, int]]:
+    """(mark seconds, trials) for each mark before the cap: the records committed by the last batch
+    before the mark; and the end of the run (the cap, give or take a batch) as a mark of its own."""
     points = []
     for m in minutes:
         if m * 60 < cap_s:
             before = [p for p in curve if p[0] <= m * 60]
-            points.append((m * 60, before[-1][0] if before else 0.0, before[-1][1] if before else 0))
-    return [*points, (wall_s, wall_s, trials)]
+            points.append((m * 60, before[-1][1] if before else 0))
+    return [*points, (wall_s, trials)]
 
 
 def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
@@ -83,7 +81,7 @@ def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
     timers[ORT] = functools.partial(reference.latency, model, share.cores, args.budget, args.repeat, 2, 1.0)
     for name, r in results.items():
         r["marks"] = marks(r["curve"], r["wall_s"], r["trials"], args.at, args.cap)
-        for mark, _, done in r["marks"]:
+        for mark, done in r["marks"]:
             final = mark == r["wall_s"]
             store = Path(r["store"]) if final else snapshot(Path(r["store"]), done, snapshots / f"{name}-{mark:g}")
             error = add((name, mark, done), resaware.compile(model, args.budget, store=store))
@@ -94,7 +92,7 @@ def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
         key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
     }
     for name, r in results.items():
-        r["quality"] = [[mark, done, samples[name, mark, done]] for mark, _, done in r["marks"]]
+        r["quality"] = [[mark, done, samples[name, mark, done]] for mark, done in r["marks"]]
         r["final_latency_ms"] = r["quality"][-1][2]
     return {ORT: samples[ORT], UNTUNED: samples[UNTUNED]}
 

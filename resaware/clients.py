@@ -39,7 +39,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import confine, hardware, intrinsics
 from .errors import ResawareError
 from .measure import ConfinedRunner, PooledBuilder, Timing, worker_state
-from .search import UNLIMITED, Progress, _batch_size, phases, search_rounds
+from .search import UNLIMITED, Progress, _batch_size, open_ended, phases, search_rounds
 from .store import Slot
 from .tasks import Task
 
@@ -166,7 +166,6 @@ def _run_once(
 ) -> list[ClientReport]:
     """One round of `run`: spawn the clients, relay their batches, merge their cost models."""
     stats = slot.stats()
-    open_ended = trials > UNLIMITED // 2  # bounded by time alone: so is each client, in batches of OPEN_BATCH
     plan = shard(tasks, len(partitions), trials, [s.trials if (s := stats.get(t.workload_hash)) else 0 for t in tasks])
     with tempfile.TemporaryDirectory(prefix="resaware-clients-") as tmp:
         tasks_file = Path(tmp) / "tasks.json"
@@ -180,7 +179,8 @@ def _run_once(
                 before = sum(s.trials for t in ids if (s := stats.get(tasks[t].workload_hash)))
                 spec = {
                     "client": i, "slot": str(slot.path), "tasks": str(tasks_file), "ids": ids,
-                    "before": before, "trials": UNLIMITED if open_ended else before + allotted, "seed": seed + 100_003 * i,
+                    "before": before, "seed": seed + 100_003 * i,
+                    "trials": UNLIMITED if open_ended(trials) else before + allotted,  # time alone: each client too
                     "cores": list(cores), "tuner_cores": list(tuner), "deadline": deadline, "timing": asdict(timing),
                     "donor": str(donor.path) if donor is not None else None, "first_batch": first_batch,
                 }  # fmt: skip

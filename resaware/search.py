@@ -31,10 +31,15 @@ UNLIMITED = 10**8  # the trial count of a run bounded by time alone (TVM counts 
 OPEN_BATCH = 8
 
 
+def open_ended(trials: int) -> bool:
+    """Whether a run (or what remains of it, or a client's part) is bounded by time alone."""
+    return trials > UNLIMITED // 2
+
+
 def _batch_size(trials: int, n_tasks: int) -> int:
     """Candidates per batch: the trials spread over every task, 4 to 64; a run bounded by time alone
     takes small batches, so that every task has records early and the time goes where latency is."""
-    if trials > UNLIMITED // 2:
+    if open_ended(trials):
         return OPEN_BATCH
     return max(4, min(64, trials // max(n_tasks, 1)))
 
