@@ -77,7 +77,7 @@ def sample(task, target, count: int, seed: int, database=None, cost_model=None) 
     from .store import trained
 
     guided = database is not None and trained(cost_model)
-    strategy = _search(count, lean=False) if guided else ms.search_strategy.ReplayTrace()
+    strategy = _search(count, lean=target.kind.name != "cuda") if guided else ms.search_strategy.ReplayTrace()
     context = ms.TuneContext(
         mod=task.mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
         task_name=task.name, rand_state=seed, num_threads=len(confine.usable_cores()) if guided else 1,

@@ -45,10 +45,10 @@ def _batch_size(trials: int, n_tasks: int) -> int:
 
 
 def _search(batch: int, lean: bool = True):
-    """MetaSchedule's evolutionary search sized to the batch. Lean (CPU tuning): 16 candidates bred per
-    candidate measured (128 to 512), over 2 generations for batches up to 16, TVM's 4 above. Not lean
-    (where a candidate's build and measurement cost more than searching, as on CUDA): 32 per candidate
-    over 4 generations.
+    """MetaSchedule's evolutionary search sized to the batch. Lean (CPU): a population of 16 per
+    candidate measured, at least 128 and at most 512, over 2 generations for batches up to 16 and TVM's 4
+    above. Not lean (CUDA, where building and measuring a candidate cost more than searching): 32 per
+    candidate, same bounds, over 4 generations.
 
     On CPU the search, not building or measuring, is what a small batch costs: with a population of 256
     over 4 generations, mutating and scoring took 5.5 s of each 9 s batch of 8 on one core. Ten minutes of
