@@ -185,54 +185,102 @@ def _read(stream: Path) -> list[dict]:
     return [json.loads(line) for line in stream.read_text().splitlines()] if stream.exists() else []
 
 
-def _finished(items: list[dict], settings: dict) -> bool:
-    """Whether a contestant's stream holds a finished run with these settings."""
-    return any("done" in item for item in items) and any(item.get("settings") == settings for item in items)
+def _segments(items: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """A stream split into its runs: (settings, the items that run wrote), oldest first."""
+    runs = []
+    for item in items:
+        if "settings" in item:
+            runs.append((item["settings"], []))
+        elif runs:
+            runs[-1][1].append(item)
+    return runs
 
 
-def race_one(name: str, args, work: Path) -> dict:
-    """Tune one contestant in a child process (or reuse its finished run in `work`); its numbers."""
+def _finished(runs: list, settings: dict) -> bool:
+    """Whether the last run in a contestant's stream finished with these settings."""
+    return bool(runs) and runs[-1][0] == settings and any("done" in item for item in runs[-1][1])
+
+
+def _resumable(name: str, runs: list, settings: dict) -> float | None:
+    """The wall seconds tuned so far, if `name` can go on from its finished runs to `settings`' longer
+    cap: resaware only, whose store keeps its cost model (stock's lives in the tuner and dies with it)."""
+    if not name.startswith("resaware") or not runs or not all(any("done" in i for i in items) for _, items in runs):
+        return None
+    last = runs[-1][0]
+    if {**last, "cap": settings["cap"]} != settings or last["cap"] >= settings["cap"]:
+        return None
+    return sum(i["done"]["wall_s"] for _, items in runs for i in items if "done" in i)
+
+
+def _merged(dones: list[dict]) -> dict:
+    """One contestant's numbers from its runs: trials, wall time and phases summed, the rest from the last."""
+    if len(dones) == 1:
+        return dones[0]
+    merged = {**dones[-1], "trials": sum(d["trials"] for d in dones), "wall_s": sum(d["wall_s"] for d in dones),
+              "resumed_at": [sum(d["wall_s"] for d in dones[:i]) for i in range(1, len(dones))]}  # fmt: skip
+    if all(d.get("phases") for d in dones):
+        merged["phases"] = {k: sum(d["phases"][k] for d in dones) for k in dones[-1]["phases"]}
+    if all(d.get("measure_rate") for d in dones):  # candidates per second of measuring, over all runs
+        merged["measure_rate"] = merged["trials"] / sum(d["trials"] / d["measure_rate"] for d in dones)
+    return merged
+
+
+def race_one(name: str, args, work: Path, cap: float) -> dict:
+    """Tune one contestant for `cap` wall seconds in a child process; its numbers. A run finished in
+    `work` with the same settings is reused; a resaware run finished there with a shorter cap goes on
+    from its store (cost model and records) for the rest of the time."""
     store, stream, log_path = work / name, work / f"{name}.jsonl", work / f"{name}.log"
-    cap = args.defaults_cap if name == "defaults" else args.cap
     killed = False
     settings = _settings(args, cap)
-    if _finished(_read(stream), settings):
+    runs = _segments(_read(stream))
+    if _finished(runs, settings):
         print(f"{CONTESTANTS[name]}: reusing the finished run in {work}", flush=True)
     else:
-        shutil.rmtree(store, ignore_errors=True)
-        stream.write_text(json.dumps({"settings": settings}) + "\n")
+        offset = _resumable(name, runs, settings)
+        if offset is None:
+            offset = 0.0
+            shutil.rmtree(store, ignore_errors=True)
+            stream.write_text("")
+        with open(stream, "a") as f:
+            f.write(json.dumps({"settings": settings}) + "\n")
         argv = [sys.executable, __file__, "--child", name, "--model", args.model, "--budget", args.budget,
-                "--trials", str(args.trials), "--seed", str(args.seed), "--cap", str(cap),
+                "--trials", str(args.trials), "--seed", str(args.seed), "--cap", str(cap - offset),
                 "--store", str(store), "--stream", str(stream)]  # fmt: skip
-        print(f"{CONTESTANTS[name]}: tuning (MetaSchedule's log: {log_path})", flush=True)
+        resumed = f", going on from {offset:.0f} s" if offset else ""
+        print(f"{CONTESTANTS[name]}: tuning{resumed} (MetaSchedule's log: {log_path})", flush=True)
         start = time.monotonic()
-        with open(log_path, "w") as log:
+        with open(log_path, "a" if offset else "w") as log:
             # Its own process group: killing it must take the builder's and runner's workers with it.
             child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 # The cap is checked after each batch; a batch of timed-out builds can outlast it.
-                rc = child.wait(timeout=cap * 1.5 + 120)
+                rc = child.wait(timeout=(cap - offset) * 1.5 + 120)
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 rc, killed = child.wait(), True
             except BaseException:  # interrupted: leave no contestant tuning behind
                 os.killpg(child.pid, signal.SIGKILL)
                 raise
-        wall = time.monotonic() - start
-        if not killed and not _finished(_read(stream), settings):
+        wall = offset + time.monotonic() - start
+        if not killed and not _finished(_segments(_read(stream)), settings):
             sys.stdout.write(log_path.read_text()[-4000:])
             raise SystemExit(f"contestant {name} failed (exit {rc}); the end of its log is above")
-    items = _read(stream)
-    curve = [item["point"] for item in items if "point" in item]
-    done = next((item["done"] for item in items if "done" in item), None)
-    if done is None:
-        done = {"stopped_by": "killed at cap", "trials": curve[-1][1] if curve else 0, "wall_s": wall}
+    curve, dones = [], []
+    for _, items in _segments(_read(stream)):
+        before = sum(d["wall_s"] for d in dones)  # a resumed run's clock starts where the last one ended
+        curve += [[item["point"][0] + before, *item["point"][1:]] for item in items if "point" in item]
+        dones += [item["done"] for item in items if "done" in item]
+    if killed:
+        dones.append({"stopped_by": "killed at cap", "trials": (curve[-1][1] if curve else 0) - sum(d["trials"] for d in dones),
+                      "wall_s": wall - sum(d["wall_s"] for d in dones)})  # fmt: skip
+    done = _merged(dones)
     split = done.get("phases") or (phases(done["profile"], done["wall_s"]) if "profile" in done else None)
     clients = done.get("clients") or [{"measure": "all", "search_build": "all", "trials": done["trials"]}]
     rate = done.get("measure_rate") or (done["trials"] / split["run"] if split and split["run"] > 0 else None)
     return {
         "label": CONTESTANTS[name], "stopped_by": done["stopped_by"], "trials": done["trials"],
-        "wall_s": done["wall_s"], "trials_per_min": done["trials"] / done["wall_s"] * 60,
+        "wall_s": done["wall_s"], "trials_per_min": done["trials"] / done["wall_s"] * 60, "cap_s": cap,
+        "resumed_at": done.get("resumed_at", []),
         "phases": split, "clients": clients, "concurrency": len(clients), "measure_rate": rate,
         "verification": done.get("verification"), "curve": curve,
         "final_estimate_ms": next((p[2] * 1e3 for p in reversed(curve) if p[2] is not None), None),
@@ -380,7 +428,8 @@ def main() -> None:
         work = Path(args.keep) if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(work / "snapshots", ignore_errors=True)
-        results = {name: race_one(name, args, work) for name in names}
+        caps = {name: args.defaults_cap if name == "defaults" else args.cap for name in names}
+        results = {name: race_one(name, args, work, caps[name]) for name in names}
         score(results, args, work)
     target_ms = min(r["final_latency_ms"] for r in results.values()) * QUALITY
     for r in results.values():

@@ -225,21 +225,47 @@ def test_transfer_script_quick(tmp_path):
 
 @two_cores
 def test_time_to_quality_script_quick(tmp_path):
-    model = _two_convs(tmp_path / "two_convs.onnx")
-    done = _script("time_to_quality.py", "--out", tmp_path, "--model", model, "--budget", "50%")
+    model, work = _two_convs(tmp_path / "two_convs.onnx"), tmp_path / "work"
+    done = _script("time_to_quality.py", "--out", tmp_path, "--model", model, "--budget", "50%", "--keep", work)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    data = json.loads((tmp_path / "time_to_quality-two_convs-50pct.json").read_text())
-    assert data["onnxruntime_ms"] > 0 and data["untuned_ms"] > 0
-    for contestant in data["contestants"].values():
+    first = json.loads((tmp_path / "time_to_quality-two_convs-50pct.json").read_text())
+    assert first["onnxruntime_ms"] > 0 and first["untuned_ms"] > 0
+    for contestant in first["contestants"].values():
         # Bounded by time alone: stopped by the cap, one module at the 0.5-minute mark and one at the end.
         assert contestant["stopped_by"] == "cap" and contestant["trials"] > 0
         marks, trials, ms = zip(*contestant["quality"])
         assert marks[0] == 30 and marks[1] == contestant["wall_s"] >= 60
         assert trials[0] <= trials[1] == contestant["trials"] and min(ms) > 0
-        assert contestant["ratio_to_ort"]["0.5"] == pytest.approx(ms[0] / data["onnxruntime_ms"])
+        assert contestant["ratio_to_ort"]["0.5"] == pytest.approx(ms[0] / first["onnxruntime_ms"])
         assert contestant["max_rel_error"] < 1e-4
     # Every batch is small enough for the first round to reach both kernels in the first half-minute.
-    assert all(t[1] <= 16 for t in data["contestants"]["resaware"]["curve"][:2])
+    assert all(t[1] <= 16 for t in first["contestants"]["resaware"]["curve"][:2])
     table = (tmp_path / "time_to_quality-two_convs-50pct.md").read_text()
-    assert "trials per minute, resaware / stock expert" in table and "ONNX Runtime" in table
+    assert "over the first 1 min: trials per minute, resaware / stock expert" in table and "ONNX Runtime" in table
     assert (tmp_path / "time_to_quality-two_convs-50pct.png").exists()
+
+    # Half a minute more for resaware: stock's run is reused, resaware's goes on from its store.
+    done = _script("time_to_quality.py", "--out", tmp_path, "--model", model, "--budget", "50%", "--keep", work,
+                   "--minutes", "1.5", "--stock-minutes", "1")  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "stock expert: reusing the finished run" in done.stdout and "going on from" in done.stdout
+    then = json.loads((tmp_path / "time_to_quality-two_convs-50pct.json").read_text())
+    stock, ours, ours_before = (
+        then["contestants"]["expert"],
+        then["contestants"]["resaware"],
+        first["contestants"]["resaware"],
+    )
+    assert (
+        stock["trials"] == first["contestants"]["expert"]["trials"]
+        and stock["curve"] == first["contestants"]["expert"]["curve"]
+    )
+    assert ours["resumed_at"] == [pytest.approx(ours_before["wall_s"])] and ours["trials"] > ours_before["trials"]
+    # One clock and one count across both runs: the second run's points follow the first's.
+    assert ours["curve"][: len(ours_before["curve"])] == ours_before["curve"]
+    later = ours["curve"][len(ours_before["curve"]) :]
+    assert later and later[0][0] > ours_before["wall_s"] and later[0][1] > ours_before["trials"]
+    assert ours["wall_s"] >= 90 and ours["curve"][-1][1] == ours["trials"]
+    # Stock's end is a mark of resaware's longer run: both are compared over the same minute.
+    assert set(ours["at_minutes"]) == {"0.5", "1", "1.5"} and set(stock["at_minutes"]) == {"0.5", "1"}
+    table = (tmp_path / "time_to_quality-two_convs-50pct.md").read_text()
+    assert "resaware was tuned in 2 runs" in table and "over the first 1 min" in table
