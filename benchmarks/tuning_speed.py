@@ -241,6 +241,9 @@ def race_one(name: str, args, work: Path, cap: float) -> dict:
             offset = 0.0
             shutil.rmtree(store, ignore_errors=True)
             stream.write_text("")
+        elif offset >= cap:  # the last run overshot its cap by a batch: nothing is left of this one
+            raise SystemExit(f"{name} in {work} has tuned {offset:.0f} s already, not under the {cap:.0f} s "
+                             "asked: ask for more minutes")  # fmt: skip
         with open(stream, "a") as f:
             f.write(json.dumps({"settings": settings}) + "\n")
         argv = [sys.executable, __file__, "--child", name, "--model", args.model, "--budget", args.budget,
