@@ -41,7 +41,7 @@ import tvm
 from tuning_speed import CONTESTANTS, race_one, snapshot
 
 import resaware
-from common import add_output_args, output_dir, write
+from common import add_output_args, output_dir, round_trip_ns, write
 from resaware import confine, hardware, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
@@ -65,10 +65,18 @@ def marks(
     return [*points, (cap_s / 60, wall_s, trials)]
 
 
-def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
+def _probed(timer, trips: list, cores: list[int]):
+    """Time, then note how far apart the host has put two of the cores: the state the timing ran in."""
+    result = timer()
+    trips.append(round_trip_ns(*cores[:2]))
+    return result
+
+
+def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Compile each contestant's records at its marks and time all modules, ONNX Runtime and the untuned
     module together (interleaved rounds); adds `quality` [(mark s, trials, median ms)] to each contestant
-    and returns the baselines' median ms."""
+    and returns the baselines' median ms and, with two cores or more, the cross-core round trip (ns)
+    after each timing, by module."""
     model = resaware.load_onnx(args.model)
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
     inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
@@ -95,6 +103,11 @@ def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
             store = Path(r["store"]) if final else snapshot(Path(r["store"]), done, snapshots / f"{name}-{mark:g}")
             error = add((name, mark, done), resaware.compile(model, args.budget, store=store))
             r["max_rel_error"] = max(error, r.get("max_rel_error", 0.0))
+    trips = {key: [] for key in timers}
+    if share.count > 1:
+        # At two threads a kernel reads what the other core just wrote; how much that costs depends on
+        # where the host put the vCPUs, which can change from one timing to the next.
+        timers = {key: functools.partial(_probed, timer, trips[key], share.cores) for key, timer in timers.items()}
     print(f"timing {len(timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
     samples = {
         key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
@@ -105,10 +118,11 @@ def score(results: dict[str, dict], args, work: Path) -> dict[str, float]:
         # By the minute: the module's latency, and trials per minute of tuning up to that mark.
         r["at_minutes"] = {f"{m:g}": samples[name, mark, done] for m, mark, done in r["marks"]}
         r["trials_per_min_at"] = {f"{m:g}": done / mark * 60 for m, mark, done in r["marks"]}
-    return {ORT: samples[ORT], UNTUNED: samples[UNTUNED]}
+    named = {key if isinstance(key, str) else f"{key[0]} at {key[1]:.0f} s": ns for key, ns in trips.items() if ns}
+    return {ORT: samples[ORT], UNTUNED: samples[UNTUNED]}, named
 
 
-def table(results: dict[str, dict], lines_ms: dict[str, float], args, cores: int) -> str:
+def table(results: dict[str, dict], lines_ms: dict[str, float], trips: dict[str, list[float]], args, cores: int) -> str:
     ort = lines_ms[ORT]
     columns = sorted({float(m) for r in results.values() for m in r["at_minutes"]})
     minutes = sorted({r["cap_s"] / 60 for r in results.values()})
@@ -128,6 +142,10 @@ def table(results: dict[str, dict], lines_ms: dict[str, float], args, cores: int
         "cells: the module compiled from the records committed by that time (the last: the end of the run), "
         f"median of {args.rounds} interleaved rounds, and its latency / ONNX Runtime's"
     )
+    if every := [ns for ns in trips.values() for ns in ns]:
+        slow = sum(ns > 1.5 * min(every) for ns in every)
+        rows.append(f"cross-core round trip after each timing: {min(every):.0f}-{max(every):.0f} ns, {slow} of "
+                    f"{len(every)} over 1.5x the fastest (the host had moved the vCPUs apart)")  # fmt: skip
     for r in results.values():
         if r["resumed_at"]:
             rows.append(f"{r['label']} was tuned in {len(r['resumed_at']) + 1} runs, each going on from the last's "
@@ -177,15 +195,15 @@ def main() -> None:
         work = Path(args.keep) if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         results = {name: race_one(name, args, work, caps[name]) for name in names}
-        lines_ms = score(results, args, work)
+        lines_ms, trips = score(results, args, work)
     for r in results.values():
         r["ratio_to_ort"] = {k: v / lines_ms[ORT] for k, v in r["at_minutes"].items()}
         del r["marks"]
-    text = table(results, lines_ms, args, cores)
+    text = table(results, lines_ms, trips, args, cores)
     print(text)
     data = {"model": args.model, "budget": args.budget, "cores": cores, "minutes": args.minutes,
             "stock_minutes": args.stock_minutes, "seed": args.seed,
-            "onnxruntime_ms": lines_ms[ORT], "untuned_ms": lines_ms[UNTUNED], "contestants": results,
+            "onnxruntime_ms": lines_ms[ORT], "untuned_ms": lines_ms[UNTUNED], "contestants": results, "round_trip_ns": trips,
             "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
     stem = f"time_to_quality-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"
     write(out, stem, data, text, "python " + " ".join(sys.argv))
