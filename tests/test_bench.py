@@ -269,3 +269,20 @@ def test_time_to_quality_script_quick(tmp_path):
     assert set(ours["at_minutes"]) == {"0.5", "1", "1.5"} and set(stock["at_minutes"]) == {"0.5", "1"}
     table = (tmp_path / "time_to_quality-two_convs-50pct.md").read_text()
     assert "resaware was tuned in 2 runs" in table and "over the first 1 min" in table
+
+
+def test_kernel_context_script_quick(tmp_path, squeezenet_store):
+    store, _ = squeezenet_store
+    done = _script("kernel_context.py", "--out", tmp_path, "--store", store, "--budget", "100%")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "kernel_context-squeezenet-100pct.json").read_text())
+    calls = data["calls"]
+    # Every kernel launch of the model, convolutions first among them, each timed three ways.
+    assert len(calls) >= 30 and calls[0]["kernel"].startswith("fused_conv2d")
+    assert all(c[k] > 0 for c in calls for k in ("alone_s", "after_producer_s", "in_model_s"))
+    # The kernels timed inside the model are where the module's time goes.
+    assert 0.5 < sum(c["in_model_s"] for c in calls) / data["module_s"] < 1.5
+    # Kernels are matched to their tasks' records in the store the module was compiled from.
+    cores = len(confine.usable_cores())
+    assert data["slot"] == f"cpu-{cores}of{cores}" and any(c["recorded_s"] for c in calls)
+    assert "in the model / alone" in (tmp_path / "kernel_context-squeezenet-100pct.md").read_text()
