@@ -11,9 +11,12 @@ child confined to the budget's cores with TVM's runtime alone. There, each kerne
 The module is also timed whole, and the kernel sequence replayed without the VM. When the sums part,
 the kernels the tuner ranked are not the kernels the model runs: that gap bounds what more trials buy.
 The three timed columns include a few microseconds of Python call overhead each; the recorded one does not.
-With two cores or more, the cross-core round trip is probed before and after (see `common.round_trip_ns`).
+With two cores or more, the cross-core round trip is probed before and after (see `common.round_trip_ns`),
+and `--watch N` times the whole module N more times, each followed by a probe, to show how its latency
+follows where the host has put the cores.
 
     python benchmarks/kernel_context.py --model zoo:squeezenet --budget 100% --store DIR
+    python benchmarks/kernel_context.py --model zoo:squeezenet --budget 100% --store DIR --watch 60
     python benchmarks/kernel_context.py --quick --store DIR      # CI smoke run
 """
 
@@ -28,8 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_output_args, output_dir, round_trip_ns, write
+from common import add_output_args, output_dir, read_slow, round_trip_ns, write
 from resaware.budget import Budget
+from resaware.compiled import run_confined
 from resaware.confine import run_pinned, usable_cores
 
 
@@ -135,6 +139,16 @@ def table(data: dict, top: int) -> str:
                     f"{c['in_model_s'] * 1e6:11.1f} {c['in_model_s'] / c['alone_s']:10.2f}x")  # fmt: skip
     if len(calls) > top:
         rows.append(f"({len(calls) - top} shorter calls left out of this table; all are in the JSON)")
+    if watch := data["watch"]:
+        rows.append(f"the module timed {len(watch)} more times, each followed by a cross-core probe:")
+        slow = read_slow([ns for ns, _ in watch])
+        groups = [("all", watch)] if slow is None else [
+            ("fast", [w for w, s in zip(watch, slow) if not s]), ("slow", [w for w, s in zip(watch, slow) if s])]  # fmt: skip
+        for label, group in groups:
+            if group:
+                rows.append(f"  {label} probes ({min(ns for ns, _ in group):.0f}-{max(ns for ns, _ in group):.0f} ns): "
+                            f"{len(group)} timings, median {statistics.median(ms for _, ms in group):.3f} ms, "
+                            f"range {min(ms for _, ms in group):.3f}-{max(ms for _, ms in group):.3f} ms")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -147,6 +161,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.3, help="timing per kernel and way (at least 5 runs)")
     parser.add_argument("--runs", type=int, default=20, help="instrumented runs of the model")
     parser.add_argument("--top", type=int, default=25, help="rows in the printed table")
+    parser.add_argument("--watch", type=int, default=0, help="time the whole module this many more times, "
+                        "each followed by a cross-core probe (two cores or more)")  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -167,16 +183,19 @@ def main() -> None:
         trips = [round_trip_ns(*share.cores[:2])] if share.count > 1 else []
         done = run_pinned(argv, share.cores, {"TVM_USE_RUNTIME_LIB": "1"})
         trips += [round_trip_ns(*share.cores[:2])] if share.count > 1 else []
-    if done.returncode != 0:
-        raise SystemExit(
-            f"timing child failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
-        )
+        if done.returncode != 0:
+            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode
+            raise SystemExit(f"timing child failed: {last}")
+        watch = []
+        for _ in range(args.watch if share.count > 1 else 0):
+            latency = run_confined(path, share.cores, args.budget, 10, 3, 1.0, [])
+            watch.append((round_trip_ns(*share.cores[:2]), latency.median_ms))
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     best = recorded(args.store, compiled.info.get("tuned_slot"), compiled.info["model"])
     for call in measured["calls"]:
         call["recorded_s"] = best.get(call["kernel"])
     data = {"model": args.model, "budget": args.budget, "cores": share.count, "slot": compiled.info.get("tuned_slot"),
-            "records": compiled.info.get("records", 0), **measured, "round_trip_ns": trips, "cpu": hardware.detect().describe()}  # fmt: skip
+            "records": compiled.info.get("records", 0), **measured, "round_trip_ns": trips, "watch": watch, "cpu": hardware.detect().describe()}  # fmt: skip
     text = table(data, args.top)
     print(text)
     stem = f"kernel_context-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"

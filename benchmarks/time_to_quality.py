@@ -41,7 +41,7 @@ import tvm
 from tuning_speed import CONTESTANTS, race_one, snapshot
 
 import resaware
-from common import add_output_args, output_dir, round_trip_ns, write
+from common import add_output_args, output_dir, read_slow, round_trip_ns, write
 from resaware import confine, hardware, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
@@ -143,9 +143,10 @@ def table(results: dict[str, dict], lines_ms: dict[str, float], trips: dict[str,
         f"median of {args.rounds} interleaved rounds, and its latency / ONNX Runtime's"
     )
     if every := [ns for ns in trips.values() for ns in ns]:
-        slow = sum(ns > 1.5 * min(every) for ns in every)
-        rows.append(f"cross-core round trip after each timing: {min(every):.0f}-{max(every):.0f} ns, {slow} of "
-                    f"{len(every)} over 1.5x the fastest (the host had moved the vCPUs apart)")  # fmt: skip
+        slow = read_slow(every)
+        rows.append(f"cross-core round trip probed after each timing: {min(every):.0f}-{max(every):.0f} ns; " + (
+            f"{sum(slow)} of {len(every)} read slow (over 1.5x the fastest: the host had moved the vCPUs apart)"
+            if slow else "one state throughout"))  # fmt: skip
     for r in results.values():
         if r["resumed_at"]:
             rows.append(f"{r['label']} was tuned in {len(r['resumed_at']) + 1} runs, each going on from the last's "

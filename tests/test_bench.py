@@ -273,7 +273,7 @@ def test_time_to_quality_script_quick(tmp_path):
 
 def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     store, _ = squeezenet_store
-    done = _script("kernel_context.py", "--out", tmp_path, "--store", store, "--budget", "100%")
+    done = _script("kernel_context.py", "--out", tmp_path, "--store", store, "--budget", "100%", "--watch", "2")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     data = json.loads((tmp_path / "kernel_context-squeezenet-100pct.json").read_text())
     calls = data["calls"]
@@ -286,3 +286,7 @@ def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     cores = len(confine.usable_cores())
     assert data["slot"] == f"cpu-{cores}of{cores}" and any(c["recorded_s"] for c in calls)
     assert "in the model / alone" in (tmp_path / "kernel_context-squeezenet-100pct.md").read_text()
+    # With two cores the probe runs on either side of the timing child and after each watched timing.
+    two = cores > 1
+    assert len(data["round_trip_ns"]) == (2 if two else 0) and all(ns > 0 for ns in data["round_trip_ns"])
+    assert len(data["watch"]) == (2 if two else 0) and all(ns > 0 and ms > 0 for ns, ms in data["watch"])
