@@ -33,8 +33,9 @@ from pathlib import Path
 
 from common import add_output_args, output_dir, read_slow, round_trip_ns, write
 from resaware.budget import Budget
-from resaware.compiled import run_confined
+from resaware.compiled import _times, run_confined
 from resaware.confine import run_pinned, usable_cores
+from resaware.errors import ResawareError
 
 
 def _median_s(call, seconds: float, before=None) -> float:
@@ -183,14 +184,14 @@ def main() -> None:
         trips = [round_trip_ns(*share.cores[:2])] if share.count > 1 else []
         done = run_pinned(argv, share.cores, {"TVM_USE_RUNTIME_LIB": "1"})
         trips += [round_trip_ns(*share.cores[:2])] if share.count > 1 else []
-        if done.returncode != 0:
-            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode
-            raise SystemExit(f"timing child failed: {last}")
+        try:
+            measured = _times(done)  # the child's last line, or its last error line
+        except ResawareError as error:
+            raise SystemExit(str(error)) from None
         watch = []
         for _ in range(args.watch if share.count > 1 else 0):
             latency = run_confined(path, share.cores, args.budget, 10, 3, 1.0, [])
             watch.append((round_trip_ns(*share.cores[:2]), latency.median_ms))
-    measured = json.loads(done.stdout.strip().splitlines()[-1])
     best = recorded(args.store, compiled.info.get("tuned_slot"), compiled.info["model"])
     for call in measured["calls"]:
         call["recorded_s"] = best.get(call["kernel"])
