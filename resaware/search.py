@@ -167,7 +167,7 @@ class WeightedScheduler(PyTaskScheduler):
     five times the trials. A task with no valid measurement counts its FLOPs at the median rate measured.
 
     Finished batches are joined before the next task is picked, so each one reaches the store and
-    the progress bar at once. TVM's gradient scheduler holds every result until all tasks have had a
+    the progress bar at once; the task picked is joined even if unfinished. TVM's gradient scheduler holds every result until all tasks have had a
     batch (369 candidates for ResNet-50 at --trials 400), where a crash or a time limit loses them.
     """
 
@@ -202,6 +202,9 @@ class WeightedScheduler(PyTaskScheduler):
             shares = {i: self.share(i) for i in alive}
             sent, total = sum(self.sent[i] for i in alive), sum(shares.values())
             pick = max(alive, key=lambda i: (shares[i] / total * sent - self.sent[i], -i))
+        if records[pick].runner_futures is not None:
+            # Still measuring (an RPC runner answers later): MetaSchedule refuses to send it again unjoined.
+            scheduler.join_running_task(pick)
         self.sent[pick] += 1
         return pick
 

@@ -1,13 +1,18 @@
 """Tuning really measures, keeps every record, and resumes where it stopped."""
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import two_cores
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 import resaware
-from resaware import ResawareError
-from resaware.search import OPEN_BATCH, WeightedScheduler
+from resaware import ResawareError, clients, hardware
+from resaware.measure import ConfinedRunner, Timing
+from resaware.search import OPEN_BATCH, UNLIMITED, WeightedScheduler
 from resaware.store import Store
 from resaware.tasks import Task
 
@@ -113,3 +118,47 @@ def test_trials_follow_each_tasks_share_of_the_time():
     assert scheduler.share(1) == pytest.approx(3.2e-3) and scheduler.share(0) == pytest.approx(2.1e-3)
     # Not measured yet: its FLOPs at the median rate measured (of two, the faster: the 1x1 conv's).
     assert scheduler.share(2) == pytest.approx(2e6 / (173e6 / 2.1e-3))
+
+
+@derived_object
+class _Answer(PyRunnerFuture):
+    def __init__(self, batch, i: int):
+        super().__init__()
+        self.batch, self.i = batch, i
+
+    def done(self) -> bool:
+        return self.batch.done()
+
+    def result(self):
+        return self.batch.result()[self.i]
+
+
+@derived_object
+class _AnswersLater(PyRunner):
+    """Real measurements (a `ConfinedRunner`'s) answered from a thread: like TVM's RPC runner, `run` returns
+    before the candidates are timed."""
+
+    def __init__(self):
+        super().__init__()
+        self.runner, self.thread = ConfinedRunner((0,)), ThreadPoolExecutor(1)
+
+    def run(self, runner_inputs):
+        batch = self.thread.submit(lambda: [f.result() for f in self.runner.run(runner_inputs)])
+        return [_Answer(batch, i) for i in range(len(runner_inputs))]
+
+
+def test_a_task_still_measuring_is_joined_before_it_is_picked_again(small_model, tmp_path):
+    """MetaSchedule refuses to send a task that holds unjoined results; with one task left (or the weights
+    on one), the task picked next is the one still in flight."""
+    target = hardware.llvm_target(1)
+    task = resaware.tasks.extract(small_model, target)[0]
+    slot = Store.open(tmp_path).slot(hardware.detect(), "llvm", "cpu-1of2", 0.5, hardware.target_json(target))
+    slot.commit_workloads([task.mod])
+    seen = []
+    report = clients.tune_shard(
+        [task], slot, slot.shared_database(), target, (0,), (0,), UNLIMITED, 0, 0, time.time() + 15, Timing(),
+        lambda *a: seen.append(a), runner=_AnswersLater(),
+    )  # fmt: skip
+    # Open-ended, so one call to MetaSchedule sends batch after batch of the one task.
+    assert report.stopped_by == "time" and len(seen) >= 2 and report.trials == sum(n for _, n, _ in seen)
+    assert all(best is None or best > 0 for *_, best in seen)
