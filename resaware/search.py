@@ -167,8 +167,9 @@ class WeightedScheduler(PyTaskScheduler):
     five times the trials. A task with no valid measurement counts its FLOPs at the median rate measured.
 
     Finished batches are joined before the next task is picked, so each one reaches the store and
-    the progress bar at once; the task picked is joined even if unfinished. TVM's gradient scheduler holds every result until all tasks have had a
-    batch (369 candidates for ResNet-50 at --trials 400), where a crash or a time limit loses them.
+    the progress bar at once (and the task picked is joined even if unfinished). TVM's gradient
+    scheduler holds every result until all tasks have had a batch (369 candidates for ResNet-50 at
+    --trials 400), where a crash or a time limit loses them.
     """
 
     def __init__(self, tasks: list[Task], best: dict[int, float], prior: list[float] | None = None):

@@ -146,6 +146,10 @@ class _AnswersLater(PyRunner):
         batch = self.thread.submit(lambda: [f.result() for f in self.runner.run(runner_inputs)])
         return [_Answer(batch, i) for i in range(len(runner_inputs))]
 
+    def close(self) -> None:
+        self.thread.shutdown()
+        self.runner.close()
+
 
 def test_a_task_still_measuring_is_joined_before_it_is_picked_again(small_model, tmp_path):
     """MetaSchedule refuses to send a task that holds unjoined results; with one task left (or the weights
@@ -154,11 +158,14 @@ def test_a_task_still_measuring_is_joined_before_it_is_picked_again(small_model,
     task = resaware.tasks.extract(small_model, target)[0]
     slot = Store.open(tmp_path).slot(hardware.detect(), "llvm", "cpu-1of2", 0.5, hardware.target_json(target))
     slot.commit_workloads([task.mod])
-    seen = []
-    report = clients.tune_shard(
-        [task], slot, slot.shared_database(), target, (0,), (0,), UNLIMITED, 0, 0, time.time() + 15, Timing(),
-        lambda *a: seen.append(a), runner=_AnswersLater(),
-    )  # fmt: skip
+    seen, runner = [], _AnswersLater()
+    try:
+        report = clients.tune_shard(
+            [task], slot, slot.shared_database(), target, (0,), (0,), UNLIMITED, 0, 0, time.time() + 15, Timing(),
+            lambda *a: seen.append(a), runner=runner,
+        )  # fmt: skip
+    finally:
+        runner.close()
     # Open-ended, so one call to MetaSchedule sends batch after batch of the one task.
     assert report.stopped_by == "time" and len(seen) >= 2 and report.trials == sum(n for _, n, _ in seen)
     assert all(best is None or best > 0 for *_, best in seen)
