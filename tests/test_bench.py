@@ -182,6 +182,22 @@ def test_concurrent_measurement_script_quick(tmp_path):
     assert "good picks" in (tmp_path / "concurrent_measurement.md").read_text()
 
 
+def test_roofline_script_quick(tmp_path, squeezenet_store):
+    store, _ = squeezenet_store
+    done = _script("roofline.py", "--out", tmp_path, "--store", store, "--budget", "50%")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "roofline-squeezenet-50pct.json").read_text())
+    peak = data["fma_peak"]["gflops"]
+    assert data["cores"] == len(data["fma_peak"]["per_core"]) and data["fma_peak"]["vector_bits"] in (256, 512)
+    # Neither a hand-written sgemm nor any runtime can beat the measured peak on the model's direct
+    # convolutions: if one did, the peak loop or the FLOP count would be wrong, and so the floor.
+    assert 0 < data["sgemm"]["gflops"] <= 1.05 * peak
+    assert data["floor_ms"] < data["onnxruntime_ms"] and data["floor_ms"] < data["module_ms"]
+    assert 0.6 < data["gflop"] < 0.8 and data["conv_matmul_share"] > 0.95  # SqueezeNet 1.1: 0.35 GMAC
+    assert data["max_rel_error"] < 1e-4 and len(data["kernels"]) == data["tasks"] == 30
+    assert "(the floor)" in (tmp_path / "roofline-squeezenet-50pct.md").read_text()
+
+
 def _two_convs(path) -> str:
     """Conv -> Relu -> Conv, fixed shapes: two kernels, both tunable (no reshape that MetaSchedule skips)."""
     import numpy as np
