@@ -36,6 +36,13 @@ def output_dir(args: argparse.Namespace) -> Path:
     return out
 
 
+def result_name(kind: str, model: str, budget: str) -> str:
+    """`<kind>-<model>-<pct>pct`, the results' name for one model at one budget (`zoo:` and paths alike)."""
+    from resaware.budget import Budget
+
+    return f"{kind}-{Path(model.removeprefix('zoo:')).stem}-{Budget.parse(budget).percent:g}pct"
+
+
 def write(out: Path, name: str, data: dict, table: str, command: str) -> None:
     """`<name>.json` (numbers + provenance) and `<name>.md` (the printed table and the command)."""
     data = {**data, "command": command, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node()}

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_output_args, output_dir, read_slow, round_trip_ns, write
+from common import add_output_args, output_dir, read_slow, result_name, round_trip_ns, write
 from resaware.budget import Budget
 from resaware.compiled import _times, run_confined
 from resaware.confine import run_pinned, usable_cores
@@ -199,7 +199,7 @@ def main() -> None:
             "records": compiled.info.get("records", 0), **measured, "round_trip_ns": trips, "watch": watch, "cpu": hardware.detect().describe()}  # fmt: skip
     text = table(data, args.top)
     print(text)
-    stem = f"kernel_context-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"
+    stem = result_name("kernel_context", args.model, args.budget)
     write(out, stem, data, text, "python " + " ".join(sys.argv))
 
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_output_args, output_dir, write
+from common import add_output_args, output_dir, result_name, write
 from resaware.budget import Budget
 from resaware.confine import run_pinned, usable_cores
 
@@ -243,7 +243,7 @@ def main() -> None:
         data["module_ms"] = statistics.median(x.median_ms for x in samples["module"])
     text = table(data, args.top)
     print(text)
-    stem = f"roofline-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"
+    stem = result_name("roofline", args.model, args.budget)
     write(out, stem, data, text, "python " + " ".join(sys.argv))
 
 

@@ -41,7 +41,7 @@ import tvm
 from tuning_speed import CONTESTANTS, race_one, snapshot
 
 import resaware
-from common import add_output_args, output_dir, read_slow, round_trip_ns, write
+from common import add_output_args, output_dir, read_slow, result_name, round_trip_ns, write
 from resaware import confine, hardware, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
@@ -206,7 +206,7 @@ def main() -> None:
             "stock_minutes": args.stock_minutes, "seed": args.seed,
             "onnxruntime_ms": lines_ms[ORT], "untuned_ms": lines_ms[UNTUNED], "contestants": results, "round_trip_ns": trips,
             "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
-    stem = f"time_to_quality-{Path(args.model.removeprefix('zoo:')).stem}-{Budget.parse(args.budget).percent:g}pct"
+    stem = result_name("time_to_quality", args.model, args.budget)
     write(out, stem, data, text, "python " + " ".join(sys.argv))
     series = {}
     for r in results.values():
