@@ -97,7 +97,7 @@ def fma_peak(cores: list[int], seconds: float, rounds: int = 3) -> dict:
                     stdout=subprocess.PIPE,
                     text=True,
                     preexec_fn=functools.partial(os.sched_setaffinity, 0, {core}),
-                )  # fmt: skip
+                )
                 for core in cores
             ]
             lines = [child.communicate()[0].split() for child in children]
