@@ -31,7 +31,9 @@ from pathlib import Path
 
 from common import add_output_args, output_dir, result_name, write
 from resaware.budget import Budget
+from resaware.compiled import _times
 from resaware.confine import run_pinned, usable_cores
+from resaware.errors import ResawareError, last_line
 
 # Independent accumulator chains: enough to cover FMA latency x FMA pipes (4 x 2 on current x86), few
 # enough to stay in registers (16 vector registers without AVX-512, 32 with it).
@@ -88,7 +90,7 @@ def fma_peak(cores: list[int], seconds: float, rounds: int = 3) -> dict:
         built = subprocess.run([compiler, "-O3", "-march=native", "-ffp-contract=fast", "-o", str(binary), str(source)],
                                capture_output=True, text=True)  # fmt: skip
         if built.returncode != 0:
-            raise SystemExit(f"the FMA loop did not compile with {compiler}: {built.stderr.strip().splitlines()[-1]}")
+            raise SystemExit(f"the FMA loop did not compile with {compiler}: {last_line(built.stderr)}")
         best = None
         for _ in range(rounds):
             children = [
@@ -101,6 +103,8 @@ def fma_peak(cores: list[int], seconds: float, rounds: int = 3) -> dict:
                 for core in cores
             ]
             lines = [child.communicate()[0].split() for child in children]
+            if any(child.returncode != 0 for child in children):
+                raise SystemExit(f"the FMA loop failed: exit codes {[child.returncode for child in children]}")
             per_core = [float(line[0]) for line in lines]
             if best is None or sum(per_core) > sum(best["per_core"]):
                 best = {"gflops": sum(per_core), "per_core": per_core, "vector_bits": int(lines[0][1])}
@@ -126,9 +130,10 @@ def sgemm(cores: list[int], n: int, seconds: float) -> dict:
     """OpenBLAS sgemm through numpy in a child confined to `cores`, one thread per core."""
     argv = [sys.executable, __file__, "--sgemm-child", str(n), "--seconds", str(seconds)]
     done = run_pinned(argv, cores, {"OPENBLAS_NUM_THREADS": str(len(cores))})
-    if done.returncode != 0:
-        raise SystemExit(f"the sgemm child failed: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return _times(done)  # the child's last line, or its last error line
+    except ResawareError as error:
+        raise SystemExit(f"the sgemm child failed: {error}") from None
 
 
 def kernels(tasks, stats: dict) -> list[dict]:
@@ -146,7 +151,7 @@ def table(data: dict, top: int) -> str:
 
     def row(label: str, ms: float) -> str:
         rate = gflop / ms * 1e3
-        return f"{label:<44} {ms:9.2f} {rate:9.1f} {rate / peak:8.0%} {rate / gemm:9.0%}"
+        return f"{label:<46} {ms:9.2f} {rate:9.1f} {rate / peak:8.0%} {rate / gemm:9.0%}"
 
     rows = [
         f"roofline: {data['model']} at {data['budget']} ({data['cores']} cores), {data['cpu']}",
@@ -155,7 +160,7 @@ def table(data: dict, top: int) -> str:
         f"FMA peak of these cores: {peak:.1f} GFLOP/s ({data['fma_peak']['vector_bits']}-bit FMAs, "
         f"{' + '.join(f'{g:.1f}' for g in data['fma_peak']['per_core'])} per core, best of 3 rounds); "
         f"OpenBLAS sgemm n={data['sgemm']['n']}: {gemm:.1f} GFLOP/s ({gemm / peak:.0%} of the peak)",
-        f"{'':<44} {'ms':>9} {'GFLOP/s':>9} {'of peak':>8} {'of sgemm':>9}",
+        f"{'':<46} {'ms':>9} {'GFLOP/s':>9} {'of peak':>8} {'of sgemm':>9}",
         row("every FLOP at the FMA peak (the floor)", data["floor_ms"]),
         row(f"ONNX Runtime (median of {data['rounds']} rounds)", data["onnxruntime_ms"]),
     ]
