@@ -1,0 +1,116 @@
+"""Convolution layout: the model as imported (NCHW) against its convolutions in NHWC, each tuned by
+`resaware.tune` for the same minutes at one budget, compiled from its own store and timed with ONNX
+Runtime in interleaved rounds.
+
+NHWC comes from Relax's `ConvertLayout` (data NHWC, weights HWIO) before lowering, so MetaSchedule sees
+other workloads (the weights' transposes fold into constants). Two ONNX clean-ups come first, for both
+arms alike, because `ConvertLayout` refuses what TVM's importer makes of them: Dropout (a tuple output;
+identity at inference) is removed, and a two-input Sum (imported as broadcast_to + stack + sum, 5-D)
+becomes Add. A lead for issue 9, measured outside `resaware`'s pipeline: not a resaware option yet.
+
+    python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 10
+    python benchmarks/layout.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+from tvm import relax
+
+import resaware
+from common import add_output_args, output_dir, result_name, write
+from resaware import confine, reference, zoo
+from resaware.bench import interleaved, rel_error
+from resaware.budget import Budget
+from resaware.compiled import run_confined
+
+ORT = "ONNX Runtime"
+
+
+def inference_graph(model: str) -> onnx.ModelProto:
+    """The ONNX graph without Dropout and with two-input Sum as Add (same outputs at inference)."""
+    proto = onnx.load(zoo.path(model) if model.startswith("zoo:") else model)
+    graph = proto.graph
+    for node in [n for n in graph.node if n.op_type == "Dropout"]:
+        for other in graph.node:
+            other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
+        for output in graph.output:
+            if output.name == node.output[0]:
+                raise SystemExit(f"{model}: a Dropout output is a graph output; this benchmark cannot drop it")
+        graph.node.remove(node)
+    for node in graph.node:
+        if node.op_type == "Sum" and len(node.input) == 2:
+            node.op_type = "Add"
+    return proto
+
+
+def load(model: str, layout: str) -> resaware.Model:
+    """The model with its convolutions in `layout` (NCHW: as imported)."""
+    imported = resaware.load_onnx(inference_graph(model), name=Path(model.removeprefix("zoo:")).stem)
+    if layout == "NHWC":
+        imported.mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(imported.mod)
+    return imported
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="zoo:squeezenet")
+    parser.add_argument("--budget", default="50%")
+    parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20)
+    add_output_args(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.rounds, args.repeat = 0.5, 1, 3
+    out, work = output_dir(args), Path(tempfile.mkdtemp(prefix="resaware-layout-"))
+    share = Budget.parse(args.budget).cpu(confine.usable_cores())
+    models = {layout: load(args.model, layout) for layout in ("NCHW", "NHWC")}
+    first = models["NCHW"]
+    inputs, specs = first.random_inputs(0), [s.to_json() for s in first.inputs]
+    expected = reference.outputs(first, inputs)
+    arms, timers = {}, {}
+    for layout, model in models.items():
+        store = work / layout
+        tuned = resaware.tune(model, [args.budget], time_limit=args.minutes * 60, store=store, progress=False)
+        result = tuned.budgets[0]
+        compiled = resaware.compile(model, args.budget, store=store)
+        arms[layout] = {
+            "tasks": len(result.tasks), "trials": result.trials_run, "wall_s": result.wall_s,
+            "estimate_ms": result.estimated_s * 1e3 if result.estimated_s else None,
+            "rel_error": rel_error(compiled(*inputs), expected),
+        }  # fmt: skip
+        print(f"{layout}: {arms[layout]}", flush=True)
+        path = compiled.export(work / f"{layout}.so")
+        timers[layout] = functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
+    timers[ORT] = functools.partial(reference.latency, first, share.cores, args.budget, args.repeat, 2, 1.0)
+    medians = {
+        key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
+    }
+    lines = [
+        f"layout: {args.model} at {args.budget} ({share.count} cores), {args.minutes:g} min of resaware.tune per layout",
+        f"{'layout':<8} {'tasks':>5} {'trials':>6} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
+    ]
+    for layout, arm in arms.items():
+        arm["latency_ms"] = medians[layout]
+        estimate = f"{arm['estimate_ms']:.2f}" if arm["estimate_ms"] else "-"
+        lines.append(f"{layout:<8} {arm['tasks']:>5} {arm['trials']:>6} {estimate:>9} {medians[layout]:>9.2f} "
+                     f"{medians[layout] / medians[ORT]:>5.2f}x")  # fmt: skip
+    lines.append(f"{ORT}: {medians[ORT]:.2f} ms; median of {args.rounds} interleaved rounds; ms")
+    table = "\n".join(lines)
+    print(table)
+    command = "python benchmarks/layout.py " + " ".join(sys.argv[1:])
+    data = {"model": args.model, "budget": args.budget, "cores": share.count, "minutes": args.minutes,
+            "onnxruntime_ms": medians[ORT], "layouts": arms}  # fmt: skip
+    write(out, result_name("layout", args.model, args.budget), data, table, command)
+
+
+if __name__ == "__main__":
+    main()
