@@ -26,17 +26,19 @@ from tvm import relax
 
 import resaware
 from common import add_output_args, output_dir, result_name, write
-from resaware import confine, reference, zoo
+from resaware import confine, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
 from resaware.compiled import run_confined
+from resaware.model import read_onnx
 
 ORT = "ONNX Runtime"
 
 
-def inference_graph(model: str) -> onnx.ModelProto:
-    """The ONNX graph without Dropout and with two-input Sum as Add (same outputs at inference)."""
-    proto = onnx.load(zoo.path(model) if model.startswith("zoo:") else model)
+def inference_graph(model: str) -> tuple[onnx.ModelProto, str]:
+    """The ONNX graph of `model` (a path or `zoo:NAME`) without Dropout and with two-input Sum as Add (same
+    outputs at inference), and the model's name."""
+    proto, name, _ = read_onnx(model)
     graph = proto.graph
     for node in [n for n in graph.node if n.op_type == "Dropout"]:
         for other in graph.node:
@@ -48,29 +50,21 @@ def inference_graph(model: str) -> onnx.ModelProto:
     for node in graph.node:
         if node.op_type == "Sum" and len(node.input) == 2:
             node.op_type = "Add"
-    return proto
+    return proto, name
 
 
 def load(model: str, layout: str) -> resaware.Model:
     """The model with its convolutions in `layout` (NCHW: as imported)."""
-    imported = resaware.load_onnx(inference_graph(model), name=Path(model.removeprefix("zoo:")).stem)
+    proto, name = inference_graph(model)
+    imported = resaware.load_onnx(proto, name=name)
     if layout == "NHWC":
         imported.mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(imported.mod)
     return imported
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="zoo:squeezenet")
-    parser.add_argument("--budget", default="50%")
-    parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=20)
-    add_output_args(parser)
-    args = parser.parse_args()
-    if args.quick:
-        args.minutes, args.rounds, args.repeat = 0.5, 1, 3
-    out, work = output_dir(args), Path(tempfile.mkdtemp(prefix="resaware-layout-"))
+def compare(args, work: Path) -> tuple[dict, dict, object]:
+    """Tune, compile and check each layout in `work`, then time both modules and ONNX Runtime in
+    interleaved rounds: (median ms by arm, each layout's tuning figures, the budget's CPU share)."""
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
     models = {layout: load(args.model, layout) for layout in ("NCHW", "NHWC")}
     first = models["NCHW"]
@@ -94,6 +88,23 @@ def main() -> None:
     medians = {
         key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
     }
+    return medians, arms, share
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="zoo:squeezenet")
+    parser.add_argument("--budget", default="50%")
+    parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=20)
+    add_output_args(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.minutes, args.rounds, args.repeat = 0.5, 1, 3
+    out = output_dir(args)
+    with tempfile.TemporaryDirectory(prefix="resaware-layout-") as work:  # stores and modules: scratch
+        medians, arms, share = compare(args, Path(work))
     lines = [
         f"layout: {args.model} at {args.budget} ({share.count} cores), {args.minutes:g} min of resaware.tune per layout",
         f"{'layout':<8} {'tasks':>5} {'trials':>6} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
