@@ -1,12 +1,6 @@
-"""Convolution layout: the model as imported (NCHW) against its convolutions in NHWC, each tuned by
-`resaware.tune` for the same minutes at one budget, compiled from its own store and timed with ONNX
-Runtime in interleaved rounds.
-
-NHWC comes from Relax's `ConvertLayout` (data NHWC, weights HWIO) before lowering, so MetaSchedule sees
-other workloads (the weights' transposes fold into constants). Two ONNX clean-ups come first, for both
-arms alike, because `ConvertLayout` refuses what TVM's importer makes of them: Dropout (a tuple output;
-identity at inference) is removed, and a two-input Sum (imported as broadcast_to + stack + sum, 5-D)
-becomes Add. A lead for issue 9, measured outside `resaware`'s pipeline: not a resaware option yet.
+"""Convolution layout: the model as imported (NCHW) against its convolutions in NHWC (resaware's
+default on CPU, `resaware.layout`), each tuned by `resaware.tune` for the same minutes at one budget,
+compiled from its own store and timed with ONNX Runtime in interleaved rounds.
 
     python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 10
     python benchmarks/layout.py --quick
@@ -21,52 +15,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-import onnx
-from tvm import relax
-
 import resaware
 from common import add_output_args, output_dir, result_name, write
 from resaware import confine, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
 from resaware.compiled import run_confined
-from resaware.model import read_onnx
 
 ORT = "ONNX Runtime"
-
-
-def inference_graph(model: str) -> tuple[onnx.ModelProto, str]:
-    """The ONNX graph of `model` (a path or `zoo:NAME`) without Dropout and with two-input Sum as Add (same
-    outputs at inference), and the model's name."""
-    proto, name, _ = read_onnx(model)
-    graph = proto.graph
-    for node in [n for n in graph.node if n.op_type == "Dropout"]:
-        for other in graph.node:
-            other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
-        for output in graph.output:
-            if output.name == node.output[0]:
-                raise SystemExit(f"{model}: a Dropout output is a graph output; this benchmark cannot drop it")
-        graph.node.remove(node)
-    for node in graph.node:
-        if node.op_type == "Sum" and len(node.input) == 2:
-            node.op_type = "Add"
-    return proto, name
-
-
-def load(model: str, layout: str) -> resaware.Model:
-    """The model with its convolutions in `layout` (NCHW: as imported)."""
-    proto, name = inference_graph(model)
-    imported = resaware.load_onnx(proto, name=name)
-    if layout == "NHWC":
-        imported.mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(imported.mod)
-    return imported
 
 
 def compare(args, work: Path) -> tuple[dict, dict, object]:
     """Tune, compile and check each layout in `work`, then time both modules and ONNX Runtime in
     interleaved rounds: (median ms by arm, each layout's tuning figures, the budget's CPU share)."""
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    models = {layout: load(args.model, layout) for layout in ("NCHW", "NHWC")}
+    models = {layout: resaware.load_onnx(args.model, layout=layout) for layout in ("NCHW", "NHWC")}
     first = models["NCHW"]
     inputs, specs = first.random_inputs(0), [s.to_json() for s in first.inputs]
     expected = reference.outputs(first, inputs)
@@ -77,7 +40,7 @@ def compare(args, work: Path) -> tuple[dict, dict, object]:
         result = tuned.budgets[0]
         compiled = resaware.compile(model, args.budget, store=store)
         arms[layout] = {
-            "tasks": len(result.tasks), "trials": result.trials_run, "wall_s": result.wall_s,
+            "layout": compiled.info["layout"], "tasks": len(result.tasks), "trials": result.trials_run, "wall_s": result.wall_s,
             "estimate_ms": result.estimated_s * 1e3 if result.estimated_s else None,
             "rel_error": rel_error(compiled(*inputs), expected),
         }  # fmt: skip

@@ -34,7 +34,7 @@ from common import add_output_args, output_dir, write
 from resaware import confine, hardware
 from resaware.budget import Budget
 from resaware.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
-from resaware.tasks import extract, lower
+from resaware.tasks import extract
 from resaware.transfer import pairwise
 
 WITHIN = 1.05
@@ -61,7 +61,7 @@ def trials_to(curve, level: float) -> int | None:
 
 def transfer_runs(name: str, work: Path, cold_total: int, warm_total: int) -> dict:
     model = resaware.load_onnx(name)
-    tasks = extract(model, hardware.llvm_target(1), lower(model, hardware.llvm_target(1)))
+    tasks = extract(model, hardware.llvm_target(1))
     step = 4 * len(tasks)
     cold_total, warm_total = max(step, cold_total - cold_total % step), max(step, warm_total - warm_total % step)
     runs = {}

@@ -8,7 +8,8 @@ process (so none inherits another's warm pools or caches):
   stock expert    `tune_relax` with the host's `mcpu`, a lean build function (no tensor-intrinsic
                   import) and room in the builder's timeout, the same candidate timing and batch size
                   as resaware: the fair baseline;
-  resaware        `resaware.tune` at the same budget;
+  resaware        `resaware.tune` at the same budget, in its default layout (NHWC convolutions on
+                  CPU, `resaware.layout`; both stock contestants tune the model as imported, NCHW);
   resaware x2     `resaware.tune(..., concurrency=2)`: two clients, each measuring on its own partition
                   (where the budget leaves room for two), the tasks sharded between them.
 
@@ -107,9 +108,9 @@ def _emit(stream, **item) -> None:
 def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float, work_dir: str, stream) -> dict:
     if expert:
         target = hardware.llvm_target(cores)
-        n_tasks = len(ms.relax_integration.extract_tasks(lower(model, target), target))  # bookkeeping: not timed
+        n_tasks = len(ms.relax_integration.extract_tasks(lower(model, target, "NCHW")[0], target))  # not timed
         start = time.monotonic()
-        mod = lower(model, target)
+        mod, _ = lower(model, target, "NCHW")  # stock tunes the model as imported
         options = dict(
             builder=ms.builder.LocalBuilder(f_build=_lean_build, max_workers=cores, timeout_sec=600),
             runner=ms.runner.LocalRunner(evaluator_config=Timing().evaluator()),
@@ -120,7 +121,7 @@ def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float
     else:
         target = tvm.target.Target({"kind": "llvm", "num-cores": cores})
         start = time.monotonic()
-        mod = lower(model, target)
+        mod, _ = lower(model, target, "NCHW")
         options = {}
     curve = _Curve(stream, start, cap_s)
     try:
@@ -177,8 +178,10 @@ def run_child(args) -> None:
 # ---------------------------------------------------------------- parent: the race
 
 
-def _settings(args, cap: float) -> dict:
-    return {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
+def _settings(args, cap: float, name: str) -> dict:
+    settings = {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
+    # resaware's own layout became NHWC after runs kept from before it: those are not reused or resumed.
+    return {**settings, "layout": "auto"} if name.startswith("resaware") else settings
 
 
 def _read(stream: Path) -> list[dict]:
@@ -231,7 +234,7 @@ def race_one(name: str, args, work: Path, cap: float) -> dict:
     from its store (cost model and records) for the rest of the time."""
     store, stream, log_path = work / name, work / f"{name}.jsonl", work / f"{name}.log"
     killed = False
-    settings = _settings(args, cap)
+    settings = _settings(args, cap, name)
     runs = _segments(_read(stream))
     if _finished(runs, settings):
         print(f"{CONTESTANTS[name]}: reusing the finished run in {work}", flush=True)

@@ -45,6 +45,8 @@ def _model_args(p):
 def _target_args(p):
     p.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="llvm (this CPU) or cuda (default llvm)")
     p.add_argument("--arch", help="CUDA architecture to build for (default: the GPU's, else sm_90); needs no GPU")
+    p.add_argument("--layout", default="auto", choices=("auto", "NCHW", "NHWC"),
+                   help="the convolutions' layout (default auto: NHWC on CPU, NCHW on CUDA; compile: the records')")  # fmt: skip
 
 
 def _store_arg(p):
@@ -199,7 +201,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load_model(args):
     from .model import load_onnx, parse_shapes
 
-    return load_onnx(args.model, parse_shapes(args.shape))
+    return load_onnx(args.model, parse_shapes(args.shape), layout=getattr(args, "layout", "auto"))
 
 
 def _cmd_zoo(args):
@@ -237,6 +239,8 @@ def _cmd_tune(args):
         raise ResawareError(f"--trials must be >= 0, got {args.trials}")
     if (args.model is None) == (args.plan is None):
         raise ResawareError("give a model or --plan PLAN (one of them)")
+    if args.plan is not None and args.layout != "auto":
+        raise ResawareError("--layout is for a model: a plan's tasks were lowered when `resaware record` wrote it")
     if args.plan is None and args.budgets is None:
         raise ResawareError("--budgets is required with a model (e.g. --budgets 50%,100%)")
     budgets = Budget.parse_list(args.budgets) if args.budgets else None
@@ -289,8 +293,9 @@ def _cmd_compile(args):
     path = compiled.export(args.output)
     info = compiled.info
     tuned = f"tuned at {info['tuned_at']}" if info["tuned_at"] else "untuned"
+    layout = f", {info['layout']} convolutions" if info["layout"] else ""
     print(f"wrote {path} ({info['model']} for {info['budget']}, {tuned}: "
-          f"{info['tuned_tasks']}/{info['tasks']} kernels from {info['records']} records)")  # fmt: skip
+          f"{info['tuned_tasks']}/{info['tasks']} kernels from {info['records']} records{layout})")  # fmt: skip
 
 
 def _cmd_predict(args):

@@ -53,6 +53,31 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
     return candidates[0].sch.trace
 
 
+def _lower(model, target, slot: Slot | None):
+    """The model lowered for `target`, its tasks, and their layout. A model whose layout is `auto` is
+    lowered in the other layout too when the slot lacks records of some kernels, and compiled in
+    whichever the slot's records cover more of (by FLOPs; ties: auto's), so a store tuned in NCHW
+    before NHWC became the CPU default still compiles from its records."""
+    lowered, layout = lower(model, target)
+    tasks = extract(model, target, lowered)
+    if model.layout != "auto" or slot is None or layout is None:
+        return lowered, tasks, layout
+    stats = slot.stats()
+
+    def covered(tasks):
+        tuned = sum(t.weight * t.flops for t in tasks if (s := stats.get(t.workload_hash)) and s.best_s is not None)
+        return tuned / (sum(t.weight * t.flops for t in tasks) or 1.0)
+
+    if covered(tasks) == 1.0:
+        return lowered, tasks, layout
+    other_lowered, other = lower(model, target, "NCHW" if layout == "NHWC" else "NHWC")
+    other_tasks = extract(model, target, other_lowered) if other != layout else []
+    if other_tasks and covered(other_tasks) > covered(tasks):
+        _say(f"the store's records are of {other} convolutions (auto is {layout} here): compiling in {other}")
+        return other_lowered, other_tasks, other
+    return lowered, tasks, layout
+
+
 def _records(slot: Slot | None, tasks: list[Task]):
     """The slot's database (empty without a slot), its per-workload stats, and the tasks it has no valid record of."""
     database = slot.database() if slot is not None else ms.database.MemoryDatabase()
@@ -61,7 +86,8 @@ def _records(slot: Slot | None, tasks: list[Task]):
     return database, stats, untuned
 
 
-def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untuned: list[Task], target) -> dict:
+def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untuned: list[Task], target,
+                layout: str | None) -> dict:  # fmt: skip
     """The sidecar fields every compiled module carries: the model, where its records came from, its kernels."""
     return {
         "model": model.name,
@@ -75,6 +101,7 @@ def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untune
         "records": sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         "tvm_version": str(tvm.__version__),
         "target": hardware.target_json(target),
+        "layout": layout,  # the convolutions' (None: the model has none)
         "tasks": len(tasks),
         "tuned_tasks": len(tasks) - len(untuned),
         "default_tasks": len(untuned),
@@ -82,20 +109,25 @@ def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untune
 
 
 def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, shapes=None,  # noqa: A001
-            allow_mismatch: bool = False, arch: str | None = None, choose: str = "nearest") -> CompiledModel:  # fmt: skip
+            allow_mismatch: bool = False, arch: str | None = None, choose: str = "nearest",
+            layout: str | None = None) -> CompiledModel:  # fmt: skip
     """Compile `model` for `budget` with the store's records; never tunes or measures. Records of
     other hardware are refused unless `allow_mismatch` (see `Store.slots_for`). `choose` picks the
     stored budget: "nearest" (the exact share, else the closest), or "predicted" (the one whose
     schedules the cost model predicts fastest at `budget`, `resaware.predict`; CPU budgets).
 
     `target="cuda"` builds with nvcc for the GPU here, else for `arch` (default sm_90), with no GPU needed.
+    `layout` sets the convolutions' layout (default: the model's; auto: the one the records are of,
+    see `_lower`).
     """
     if choose not in ("nearest", "predicted"):
         raise ResawareError(f"choose {choose!r} is not a way to pick the stored budget: use nearest or predicted")
     if target == "cuda":
         if choose != "nearest":
             raise ResawareError("choose=predicted is for CPU budgets; CUDA compiles from the nearest MPS share")
-        return _compile_cuda(resolve(model, shapes), Budget.parse(budget), Store.open(store), arch, allow_mismatch)
+        return _compile_cuda(
+            resolve(model, shapes, layout), Budget.parse(budget), Store.open(store), arch, allow_mismatch
+        )
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware compiles for: use llvm (CPU) or cuda")
     from .cuda import check_target_arch
@@ -103,7 +135,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
     check_target_arch(target, arch)
     started = time.monotonic()
     intrinsics.register("llvm")
-    model = resolve(model, shapes)
+    model = resolve(model, shapes, layout)
     budget = Budget.parse(budget)
     share = budget.cpu(confine.usable_cores())
     announce(share)
@@ -111,9 +143,8 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
     hw = hardware.detect()
     store = Store.open(store)
     slots = store.slots_for(hw, "llvm", allow_mismatch)
-    lowered = lower(model, tvm_target)
-    tasks = extract(model, tvm_target, lowered)
     slot = nearest(slots, share.fraction)
+    lowered, tasks, layout = _lower(model, tvm_target, slot)
     why = ""
     if choose == "predicted" and slot is not None:
         from .predict import estimate
@@ -152,7 +183,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(lowered)
     executable = tvm.compile(scheduled, target=tvm_target)
     info = {
-        **_provenance(model, slot, tasks, stats, untuned, tvm_target),
+        **_provenance(model, slot, tasks, stats, untuned, tvm_target, layout),
         "budget": str(budget),
         "realised": share.fraction,
         "cores": share.count,
@@ -201,8 +232,7 @@ def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_m
     else:
         _say(f"compiling for {budget} of {where} with records measured at {slot.fraction:.0%} "
              f"({slot.key}) on {slot.hardware.describe()}")  # fmt: skip
-    lowered = lower(model, tvm_target)
-    tasks = extract(model, tvm_target, lowered)
+    lowered, tasks, layout = _lower(model, tvm_target, slot)
     database, stats, untuned = _records(slot, tasks)
     if untuned:
         _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get TVM's dlight schedules")
@@ -212,7 +242,7 @@ def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_m
     with tvm_target:  # TVM's nvcc callback reads the arch from the current target
         executable = tvm.compile(scheduled, target=tvm_target)
     info = {
-        **_provenance(model, slot, tasks, stats, untuned, tvm_target),
+        **_provenance(model, slot, tasks, stats, untuned, tvm_target, layout),
         "budget": str(budget), "realised": fraction, "target_kind": "cuda", "arch": arch,
         "gpu": gpu.name if gpu else None, "hardware": slot.hardware.id if slot is not None else None,
         "compile_seconds": round(time.monotonic() - started, 2),

@@ -6,7 +6,7 @@ import hashlib
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -49,6 +49,7 @@ class Model:
     digest: str  # sha256 of the ONNX bytes and the shapes: names the model in reports
     source: str | None = None
     onnx_model: onnx.ModelProto | None = field(default=None, repr=False)
+    layout: str = "auto"  # the convolutions' layout to lower in (`resaware.layout`)
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """One seeded random array per input, in input order."""
@@ -189,10 +190,15 @@ def _identifier_inputs(proto) -> tuple[onnx.ModelProto, dict[str, str]]:
     return copy, bad
 
 
-def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
-    """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes."""
+def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None,
+              layout: str = "auto") -> Model:  # fmt: skip
+    """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes; `layout`
+    is the convolutions' layout to tune and compile in (auto, NCHW or NHWC; `resaware.layout`)."""
     from tvm.relax.frontend.onnx import from_onnx
 
+    from .layout import check
+
+    check(layout)
     proto, default_name, source = read_onnx(path_or_proto)
     shapes = {k: tuple(v) for k, v in (shapes or {}).items()}
     specs = _input_specs(proto, shapes)
@@ -212,9 +218,16 @@ def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, n
     digest = hashlib.sha256(proto.SerializeToString(deterministic=True))
     digest.update(repr([(s.name, s.shape) for s in specs]).encode())
     outputs = [o.name for o in proto.graph.output]
-    return Model(name or default_name, mod, specs, outputs, digest.hexdigest(), source, proto)
+    return Model(name or default_name, mod, specs, outputs, digest.hexdigest(), source, proto, layout)
 
 
-def resolve(model, shapes=None) -> Model:
-    """A Model as given, or imported from a path, `zoo:NAME` or ModelProto."""
-    return model if isinstance(model, Model) else load_onnx(model, shapes)
+def resolve(model, shapes=None, layout: str | None = None) -> Model:
+    """A Model as given, or imported from a path, `zoo:NAME` or ModelProto; with `layout`, one that
+    lowers its convolutions in that layout."""
+    if not isinstance(model, Model):
+        return load_onnx(model, shapes, layout=layout or "auto")
+    if layout is None or layout == model.layout:
+        return model
+    from .layout import check
+
+    return replace(model, layout=check(layout))

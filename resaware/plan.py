@@ -20,7 +20,7 @@ from .budget import Budget
 from .errors import ResawareError
 from .model import Model, load_onnx, read_onnx
 from .store import write_json
-from .tasks import Task, extract, lower
+from .tasks import Task, extract
 
 FORMAT = 1
 
@@ -103,7 +103,7 @@ def record(models, budgets, shapes=None) -> Plan:
         if model.name in names:
             raise ResawareError(f"model {model.name} is given twice: give each model once")
         names.append(model.name)
-        for task in extract(model, target, lower(model, target)):
+        for task in extract(model, target):
             merged.setdefault(task.workload_hash, (task, {}))[1][model.name] = task.weight
     if set(shapes) - used:
         raise ResawareError(f"--shape names {', '.join(sorted(set(shapes) - used))}, an input of none of the models")

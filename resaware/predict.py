@@ -171,7 +171,7 @@ def predict(model, budget, store=None, shapes=None, allow_mismatch: bool = False
     from . import confine, hardware, intrinsics
     from .model import resolve
     from .store import Store
-    from .tasks import extract, lower
+    from .tasks import extract
 
     intrinsics.register("llvm")
     model = resolve(model, shapes)
@@ -179,5 +179,5 @@ def predict(model, budget, store=None, shapes=None, allow_mismatch: bool = False
     share = budget.cpu(confine.usable_cores())
     target = hardware.llvm_target(share.count)
     slots = Store.open(store).slots_for(hardware.detect(), "llvm", allow_mismatch)
-    tasks = extract(model, target, lower(model, target))
+    tasks = extract(model, target)
     return estimate(model.name, budget, share.fraction, share.key, tasks, slots)

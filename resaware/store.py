@@ -419,8 +419,11 @@ class Slot:
         return read_json(self.path / "tasks.json", {})
 
     def remember_tasks(self, tasks, model_name: str) -> None:
-        """Record the names, FLOPs and weights (for `model_name`) of `tasks` in `tasks.json`."""
+        """Record the names, FLOPs and weights (for `model_name`) of `tasks` in `tasks.json`: these are now
+        the model's tasks here (those of an earlier lowering, e.g. another layout, keep their names only)."""
         known = self.task_names()
+        for entry in known.values():
+            entry["models"].pop(model_name, None)
         for t in tasks:
             entry = known.setdefault(str(t.workload_hash), {"name": t.name, "flops": t.flops, "models": {}})
             entry["models"][model_name] = t.weight

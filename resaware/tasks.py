@@ -12,6 +12,8 @@ from tvm.s_tir import meta_schedule as ms
 from . import confine, hardware, intrinsics
 from .budget import Budget
 from .errors import ResawareError
+from .layout import convert
+from .layout import resolve as resolve_layout
 from .model import Model, resolve
 
 
@@ -30,11 +32,14 @@ class Task:
         return int(tvm_ffi.structural_hash(self.mod))
 
 
-def lower(model: Model, target) -> tvm.IRModule:
-    """The Relax pipeline up to tuning (as TVM's static_shape_tuning_pipeline runs it).
+def lower(model: Model, target, layout: str | None = None) -> tuple[tvm.IRModule, str | None]:
+    """The Relax pipeline up to tuning (as TVM's static_shape_tuning_pipeline runs it), with the
+    convolutions in `layout` (default: the model's; `resaware.layout`), and the layout they are in
+    (None: the model has none).
 
     Without legalisation and fusion there are no TIR kernels, so nothing to extract or tune.
     """
+    mod, layout = convert(model.mod, resolve_layout(layout or model.layout, target))
     passes = tvm.transform.Sequential(
         [
             relax.transform.DecomposeOpsForInference(),
@@ -43,7 +48,7 @@ def lower(model: Model, target) -> tvm.IRModule:
         ]
     )
     with target:
-        return passes(model.mod)
+        return passes(mod), layout
 
 
 def _flops(mod: tvm.IRModule) -> float:
@@ -57,7 +62,7 @@ def _flops(mod: tvm.IRModule) -> float:
 
 def extract(model: Model, target, lowered: tvm.IRModule | None = None) -> list[Task]:
     """The model's tasks for `target`, heaviest (weight x FLOPs) first."""
-    lowered = lowered if lowered is not None else lower(model, target)
+    lowered = lowered if lowered is not None else lower(model, target)[0]
     found = ms.relax_integration.extract_tasks(lowered, target)
     tasks = [Task(t.task_name, int(t.weight), _flops(t.dispatched[0]), t.dispatched[0]) for t in found]
     return sorted(tasks, key=lambda t: (-t.weight * t.flops, t.name))

@@ -87,6 +87,7 @@ class BudgetResult:
     verification: list[Verification] = field(default_factory=list)
     clients: list[ClientReport] = field(default_factory=list)  # none when nothing was left to tune
     warm_from: str | None = None  # the budget (share key) whose tuning this one started from
+    layout: str | None = "NCHW"  # the convolutions' layout tuned (`resaware.layout`); None: a plan's
 
     @property
     def measure_rate(self) -> float | None:
@@ -140,7 +141,8 @@ class TuneReport:
 
     def table(self) -> str:
         """A printable table: one line per budget."""
-        lines = [f"model {self.model} on {self.hardware}, store {self.store}",
+        layouts = ", ".join(sorted({b.layout for b in self.budgets if b.layout}))
+        lines = [f"model {self.model}{f' ({layouts} convolutions)' if layouts else ''} on {self.hardware}, store {self.store}",
                  f"{'budget':>7} {'cores':>6} {'clients':>7} {'trials':>13} {'tuned tasks':>11} {'est. latency':>13} {'wall':>8} {'re-measured':>25}  stopped by"]  # fmt: skip
         for b in self.budgets:
             tuned = sum(1 for t in b.tasks if t.best_s is not None)
@@ -259,11 +261,12 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
     start = time.monotonic()
     intrinsics.register("llvm")
     if isinstance(model, Plan):
-        tasks = model.tasks
+        tasks, layout = model.tasks, None
         for name in model.models:
             slot.remember_tasks([replace(t, weight=w[name]) for t, w in zip(tasks, model.weights) if name in w], name)
     else:
-        tasks = extract(model, target, lower(model, target))
+        lowered, layout = lower(model, target)
+        tasks = extract(model, target, lowered)
         slot.remember_tasks(tasks, model.name)
     if not tasks:
         raise ResawareError(f"model {model.name} has no tunable kernels")
@@ -300,6 +303,7 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
         slot=str(slot.path), trials_before=before, trials_total=sum(s.trials for t in tasks if (s := stats.get(t.workload_hash))),
         wall_s=time.monotonic() - start, stopped_by=stopped_by, tasks=_results(tasks, slot), verification=verification,
         history=tally.history if tally else [], clients=reports, warm_from=donor.key if donor is not None else None,
+        layout=layout,
     )  # fmt: skip
 
 
@@ -364,7 +368,7 @@ def _concurrency(value, share: CpuShare) -> int:
     return value
 
 
-def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, int]:
+def _tune_cuda(model, budgets, trials, store, seed, shapes, arch, layout) -> dict[str, int]:
     from . import candidates, cuda
 
     cuda.prepare_build()
@@ -379,13 +383,13 @@ def _tune_cuda(model, budgets, trials, store, seed, shapes, arch) -> dict[str, i
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise ResawareError(f"trials must be a whole number >= 0, got {trials!r}")
     budgets = [budgets] if isinstance(budgets, (str, int, float, Budget)) else budgets
-    return candidates.tune(resolve(model, shapes), "cuda", budgets, trials, store, arch=arch, seed=seed)
+    return candidates.tune(resolve(model, shapes, layout), "cuda", budgets, trials, store, arch=arch, seed=seed)
 
 
 def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, time_limit: float | None = None,
          progress: bool = True, shapes=None, timing: Timing = Timing(), concurrency: int | str = 1,
          tracker: str | None = None, target: str = "llvm", arch: str | None = None,
-         warm_start: bool = False) -> TuneReport:  # fmt: skip
+         warm_start: bool = False, layout: str | None = None) -> TuneReport:  # fmt: skip
     """Tune `model` at each budget until the store holds `trials` measured candidates for it there, or
     for `time_limit` seconds (whichever comes first; `trials=None`: for the time limit alone).
 
@@ -396,14 +400,17 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
     RPC tracker) candidates are measured on every server that `resaware serve` registered there for the
     budget, and stored under the servers' hardware. Reruns tune only the remainder. With `warm_start`,
     a budget tuned for the first time starts from the nearest tuned budget's cost model and best
-    schedules (`resaware.transfer`; CPU budgets).
+    schedules (`resaware.transfer`; CPU budgets). `layout` sets the convolutions' layout (auto, NCHW,
+    NHWC; default: the model's, auto unless it was loaded with another; `resaware.layout`).
 
     `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
     and returns the records each budget holds (`candidates.tune`; `time_limit`, `concurrency`, `tracker`
     and `progress` are for CPU budgets); with no GPU here it says how to split the work with a GPU machine.
     """
+    if layout is not None and isinstance(model, Plan):
+        raise ResawareError("a plan's tasks were lowered when it was recorded: give the layout to its models")
     if target == "cuda":
-        return _tune_cuda(model, budgets, trials, store, seed, shapes, arch)
+        return _tune_cuda(model, budgets, trials, store, seed, shapes, arch, layout)
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware tunes for: use llvm (CPU) or cuda")
     if trials is None and time_limit is None:
@@ -424,12 +431,12 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
         if concurrency != 1:
             raise ResawareError("concurrency is for measuring on this machine; with a tracker every server measures")
         remote.parse_address(tracker)
-        return _tune_through(model if isinstance(model, Plan) else resolve(model, shapes), budgets, trials, Store.open(store), seed, time_limit, progress,
+        return _tune_through(model if isinstance(model, Plan) else resolve(model, shapes, layout), budgets, trials, Store.open(store), seed, time_limit, progress,
                              timing, tracker, warm_start)  # fmt: skip
     usable = confine.usable_cores()
     shares = {budget: budget.cpu(usable) for budget in budgets}
     ks = {budget: _concurrency(concurrency, share) for budget, share in shares.items()}  # all checked up front
-    model = model if isinstance(model, Plan) else resolve(model, shapes)
+    model = model if isinstance(model, Plan) else resolve(model, shapes, layout)
     store = Store.open(store)
     hw = hardware.detect()
     results = []

@@ -287,6 +287,18 @@ def test_time_to_quality_script_quick(tmp_path):
     assert "resaware was tuned in 2 runs" in table and "over the first 1 min" in table
 
 
+def test_layout_script_quick(tmp_path):
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    done = _script("layout.py", "--out", tmp_path, "--model", model, "--budget", "50%")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "layout-two_convs-50pct.json").read_text())
+    assert data["onnxruntime_ms"] > 0 and list(data["layouts"]) == ["NCHW", "NHWC"]
+    for layout, arm in data["layouts"].items():
+        # Each arm was compiled in its own layout, from its own records, and matches ONNX Runtime.
+        assert arm["layout"] == layout and arm["trials"] > 0 and arm["latency_ms"] > 0 and arm["rel_error"] < 1e-4
+    assert "NHWC" in (tmp_path / "layout-two_convs-50pct.md").read_text()
+
+
 def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     store, _ = squeezenet_store
     done = _script("kernel_context.py", "--out", tmp_path, "--store", store, "--budget", "100%", "--watch", "2")
