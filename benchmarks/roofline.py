@@ -239,6 +239,8 @@ def main() -> None:
                 raise SystemExit(
                     f"store {args.store} has no records for this machine: tune it first, or leave out --store"
                 )
+            if compiled.info["layout"] != tasks.lower(model, hardware.llvm_target(share.count))[1]:
+                found = tasks.of(resaware.model.resolve(model, layout=compiled.info["layout"]), args.budget)
             data.update(slot=slot.key, records=compiled.info["records"], kernels=kernels(found, slot.stats()))
             recorded = [k["weight"] * k["best_s"] for k in data["kernels"] if k["best_s"]]
             data["estimate_ms"] = sum(recorded) * 1e3 if len(recorded) == len(found) else None

@@ -19,7 +19,7 @@ from those records, without tuning at deploy time.
     resaware.plot.heatmap(matrix, "matrix.png")
 
 The heavy parts load on first use, so `resaware.load` needs only the TVM runtime. Modules, one per
-concept: budget, hardware, confine, model, zoo, tasks, store, exchange, plan, measure, search, clients,
+concept: budget, hardware, confine, model, zoo, layout (NHWC convolutions on CPU), tasks, store, exchange, plan, measure, search, clients,
 remote, transfer (warm start across budgets), tuning, compiling, predict, compiled, reference, bench,
 plot, cuda, mps, candidates, measure_built, doctor, cli. GPU budgets are MPS shares: kernels built here with nvcc (`candidates`, no GPU needed),
 measured on the GPU by `measure_built` with the TVM runtime alone, folded into the store.

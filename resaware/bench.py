@@ -170,8 +170,8 @@ def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 
         # their tune-at budget; the untuned baseline is built for each run-at budget, as a user would.
         modules: dict[str, dict[str, str]] = {}
         errors: dict[str, float] = {}
-        for label, share in tune_shares.items():
-            compiled = compile_model(model, share.asked, store=report.store)
+        for (label, share), tuned in zip(tune_shares.items(), report.budgets):
+            compiled = compile_model(model, share.asked, store=report.store, layout=tuned.layout)
             path = compiled.export(os.path.join(workdir, f"{model.name}-tuned-{share.key}.so"))
             errors[tuned_label(label)] = rel_error(compiled(*inputs), expected)
             modules[tuned_label(label)] = dict.fromkeys(run_shares, path)

@@ -45,6 +45,10 @@ def _model_args(p):
 def _target_args(p):
     p.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="llvm (this CPU) or cuda (default llvm)")
     p.add_argument("--arch", help="CUDA architecture to build for (default: the GPU's, else sm_90); needs no GPU")
+    _layout_arg(p)
+
+
+def _layout_arg(p):
     p.add_argument("--layout", default="auto", choices=("auto", "NCHW", "NHWC"),
                    help="the convolutions' layout (default auto: NHWC on CPU, NCHW on CUDA; compile: the records')")  # fmt: skip
 
@@ -92,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     _shape_arg(p)
     p.add_argument("--budgets", required=True, help="comma-separated budgets to tune the plan at, e.g. 50%%,100%%")
     p.add_argument("-o", "--output", required=True, help="path of the plan (.json)")
+    _layout_arg(p)
 
     p = _command(sub, "tune", help="tune a model (or a plan) at one or more budgets")
     p.add_argument("model", nargs="?", help="an .onnx file or zoo:NAME (see `resaware zoo`); or give --plan")
@@ -136,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--budget", required=True, help="the budget the model would run with (tuned there or not)")
     _store_arg(p)
+    _layout_arg(p)
     p.add_argument("--allow-mismatch", action="store_true",
                    help="use records of other hardware when the store has none for this machine (warned)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -222,7 +228,7 @@ def _cmd_record(args):
     from .model import parse_shapes
     from .plan import record
 
-    plan = record(args.models, Budget.parse_list(args.budgets), parse_shapes(args.shape))
+    plan = record(args.models, Budget.parse_list(args.budgets), parse_shapes(args.shape), args.layout)
     plan.save(args.output)
     shared = sum(1 for w in plan.weights if len(w) > 1)
     print(f"wrote {args.output}: {len(plan.tasks)} tasks of {', '.join(plan.models)} ({shared} shared), "
@@ -240,7 +246,9 @@ def _cmd_tune(args):
     if (args.model is None) == (args.plan is None):
         raise ResawareError("give a model or --plan PLAN (one of them)")
     if args.plan is not None and args.layout != "auto":
-        raise ResawareError("--layout is for a model: a plan's tasks were lowered when `resaware record` wrote it")
+        raise ResawareError(
+            "--layout is for a model: a plan's tasks were lowered when `resaware record` wrote it (give --layout there)"
+        )
     if args.plan is None and args.budgets is None:
         raise ResawareError("--budgets is required with a model (e.g. --budgets 50%,100%)")
     budgets = Budget.parse_list(args.budgets) if args.budgets else None

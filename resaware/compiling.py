@@ -53,28 +53,27 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
     return candidates[0].sch.trace
 
 
-def _lower(model, target, slot: Slot | None):
-    """The model lowered for `target`, its tasks, and their layout. A model whose layout is `auto` is
-    lowered in the other layout too when the slot lacks records of some kernels, and compiled in
-    whichever the slot's records cover more of (by FLOPs; ties: auto's), so a store tuned in NCHW
-    before NHWC became the CPU default still compiles from its records."""
+def lower_as_tuned(model, target, slot: Slot | None):
+    """The model lowered for `target`, its tasks, and their layout (`tasks.lower`). On CPU a model whose
+    layout is `auto` (NHWC there) is lowered as imported too when the slot lacks records of some NHWC
+    kernels, and takes whichever layout's kernels the slot's records cover more FLOPs of: so a store
+    tuned before NHWC became the CPU default still compiles from its records."""
     lowered, layout = lower(model, target)
     tasks = extract(model, target, lowered)
-    if model.layout != "auto" or slot is None or layout is None:
+    if model.layout != "auto" or slot is None or layout != "NHWC":
         return lowered, tasks, layout
     stats = slot.stats()
 
-    def covered(tasks):
-        tuned = sum(t.weight * t.flops for t in tasks if (s := stats.get(t.workload_hash)) and s.best_s is not None)
-        return tuned / (sum(t.weight * t.flops for t in tasks) or 1.0)
+    def covered(tasks) -> float:
+        return sum(t.weight * t.flops for t in tasks if (s := stats.get(t.workload_hash)) and s.best_s is not None)
 
-    if covered(tasks) == 1.0:
+    if all((s := stats.get(t.workload_hash)) and s.best_s is not None for t in tasks):
         return lowered, tasks, layout
-    other_lowered, other = lower(model, target, "NCHW" if layout == "NHWC" else "NHWC")
-    other_tasks = extract(model, target, other_lowered) if other != layout else []
-    if other_tasks and covered(other_tasks) > covered(tasks):
-        _say(f"the store's records are of {other} convolutions (auto is {layout} here): compiling in {other}")
-        return other_lowered, other_tasks, other
+    imported, _ = lower(model, target, "NCHW")
+    imported_tasks = extract(model, target, imported)
+    if covered(imported_tasks) > covered(tasks):
+        _say("the store's records are of NCHW convolutions (auto is NHWC on CPU): compiling in NCHW")
+        return imported, imported_tasks, "NCHW"
     return lowered, tasks, layout
 
 
@@ -118,7 +117,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
 
     `target="cuda"` builds with nvcc for the GPU here, else for `arch` (default sm_90), with no GPU needed.
     `layout` sets the convolutions' layout (default: the model's; auto: the one the records are of,
-    see `_lower`).
+    see `lower_as_tuned`).
     """
     if choose not in ("nearest", "predicted"):
         raise ResawareError(f"choose {choose!r} is not a way to pick the stored budget: use nearest or predicted")
@@ -144,7 +143,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
     store = Store.open(store)
     slots = store.slots_for(hw, "llvm", allow_mismatch)
     slot = nearest(slots, share.fraction)
-    lowered, tasks, layout = _lower(model, tvm_target, slot)
+    lowered, tasks, layout = lower_as_tuned(model, tvm_target, slot)
     why = ""
     if choose == "predicted" and slot is not None:
         from .predict import estimate
@@ -153,7 +152,7 @@ def compile(model, budget=1.0, store=None, target: str = "llvm", seed: int = 0, 
         if picked is None:
             _say("no cost model ranks the stored budgets' schedules yet (or none has every kernel); using the nearest")
         else:
-            slot = next(s for s in slots if s.key == picked.key)
+            slot = next(s for s in slots if s.key == picked.key)  # it has records of every kernel in `tasks`
             why = f", predicted fastest here ({picked.predicted_s * 1e3:.3f} ms of kernels)"
     if slot is None:
         _say(f"warning: store {store.root} has no records for this hardware; every kernel gets a default schedule")
@@ -232,7 +231,7 @@ def _compile_cuda(model, budget: Budget, store: Store, arch: str | None, allow_m
     else:
         _say(f"compiling for {budget} of {where} with records measured at {slot.fraction:.0%} "
              f"({slot.key}) on {slot.hardware.describe()}")  # fmt: skip
-    lowered, tasks, layout = _lower(model, tvm_target, slot)
+    lowered, tasks, layout = lower_as_tuned(model, tvm_target, slot)
     database, stats, untuned = _records(slot, tasks)
     if untuned:
         _say(f"warning: {len(untuned)} of {len(tasks)} kernels have no tuning records; they get TVM's dlight schedules")

@@ -8,18 +8,19 @@ at one core reached 1.15x ONNX Runtime after 10 minutes in NHWC against 1.77x in
 The conversion is Relax's own `ConvertLayout`; the weights' transposes fold into constants. Two
 imports it refuses are first rewritten into what they compute at inference: Dropout (a tuple output)
 becomes its input, and ONNX Sum (imported as broadcast_to + stack + sum, one rank up) becomes adds.
-A model the conversion still fails on is lowered as imported.
+A model whose NHWC conversion or lowering still fails is lowered as imported, and says so.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
-from .errors import ResawareError
+from .errors import ResawareError, last_line
 
 LAYOUTS = ("auto", "NCHW", "NHWC")
 _NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
@@ -95,5 +96,13 @@ def convert(mod: tvm.IRModule, layout: str) -> tuple[tvm.IRModule, str | None]:
     try:
         updated = relax.transform.DeadCodeElimination()(updated)
         return relax.transform.ConvertLayout(_NHWC)(updated), "NHWC"
-    except Exception:  # an operator ConvertLayout cannot carry the layout through: stay as imported
+    except Exception as error:  # an operator ConvertLayout cannot carry the layout through: stay as imported
+        unconverted(error)
         return mod, "NCHW"
+
+
+def unconverted(error: Exception) -> None:
+    """Say that the model's convolutions stay as imported, and why."""
+    print(
+        f"resaware: the convolutions stay NCHW: TVM could not lower them in NHWC ({last_line(error)})", file=sys.stderr
+    )

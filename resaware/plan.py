@@ -82,8 +82,9 @@ class Plan:
         return cls(data["models"], data["budgets"], tasks, [t["models"] for t in data["tasks"]], data["tvm_version"])
 
 
-def record(models, budgets, shapes=None) -> Plan:
-    """The plan for `models` (paths, `zoo:NAME`s, Models) at `budgets`; measures nothing."""
+def record(models, budgets, shapes=None, layout: str = "auto") -> Plan:
+    """The plan for `models` (paths, `zoo:NAME`s, Models) at `budgets`, the imported ones lowered with
+    their convolutions in `layout` (`resaware.layout`); measures nothing."""
     budgets = [str(Budget.parse(b)) for b in budgets]
     if not budgets:
         raise ResawareError("no budget given: e.g. --budgets 50%,100%")
@@ -99,7 +100,7 @@ def record(models, budgets, shapes=None) -> Plan:
             proto, name, _ = read_onnx(source)
             inputs = {i.name for i in proto.graph.input}
             used |= inputs & set(shapes)
-            model = load_onnx(proto, {k: v for k, v in shapes.items() if k in inputs}, name=name)
+            model = load_onnx(proto, {k: v for k, v in shapes.items() if k in inputs}, name=name, layout=layout)
         if model.name in names:
             raise ResawareError(f"model {model.name} is given twice: give each model once")
         names.append(model.name)

@@ -166,18 +166,21 @@ def estimate(
     return prediction
 
 
-def predict(model, budget, store=None, shapes=None, allow_mismatch: bool = False) -> Prediction:
-    """Predict `model`'s kernel latency at `budget` for each stored budget's schedules (CPU budgets)."""
+def predict(
+    model, budget, store=None, shapes=None, allow_mismatch: bool = False, layout: str | None = None
+) -> Prediction:
+    """Predict `model`'s kernel latency at `budget` for each stored budget's schedules (CPU budgets), in
+    the convolutions' layout `compile` would choose (`compiling.lower_as_tuned`, by the nearest budget)."""
     from . import confine, hardware, intrinsics
+    from .compiling import lower_as_tuned
     from .model import resolve
     from .store import Store
-    from .tasks import extract
 
     intrinsics.register("llvm")
-    model = resolve(model, shapes)
+    model = resolve(model, shapes, layout)
     budget = Budget.parse(budget)
     share = budget.cpu(confine.usable_cores())
     target = hardware.llvm_target(share.count)
     slots = Store.open(store).slots_for(hardware.detect(), "llvm", allow_mismatch)
-    tasks = extract(model, target)
+    _, tasks, _ = lower_as_tuned(model, target, nearest(slots, share.fraction))
     return estimate(model.name, budget, share.fraction, share.key, tasks, slots)

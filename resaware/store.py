@@ -418,11 +418,12 @@ class Slot:
         """Workload hash -> name, FLOPs and weight per model, of every task tuned here."""
         return read_json(self.path / "tasks.json", {})
 
-    def remember_tasks(self, tasks, model_name: str) -> None:
-        """Record the names, FLOPs and weights (for `model_name`) of `tasks` in `tasks.json`: these are now
-        the model's tasks here (those of an earlier lowering, e.g. another layout, keep their names only)."""
+    def remember_tasks(self, tasks, model_name: str, complete: bool = False) -> None:
+        """Record the names, FLOPs and weights (for `model_name`) of `tasks` in `tasks.json`. With
+        `complete`, these are all the model's tasks now: those of an earlier lowering (another layout)
+        keep their names but no longer count as the model's."""
         known = self.task_names()
-        for entry in known.values():
+        for entry in known.values() if complete else ():
             entry["models"].pop(model_name, None)
         for t in tasks:
             entry = known.setdefault(str(t.workload_hash), {"name": t.name, "flops": t.flops, "models": {}})

@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import confine, hardware, intrinsics
 from .budget import Budget
 from .errors import ResawareError
-from .layout import convert
+from .layout import convert, unconverted
 from .layout import resolve as resolve_layout
 from .model import Model, resolve
 
@@ -48,7 +48,13 @@ def lower(model: Model, target, layout: str | None = None) -> tuple[tvm.IRModule
         ]
     )
     with target:
-        return passes(mod), layout
+        try:
+            return passes(mod), layout
+        except Exception as error:
+            if layout != "NHWC":
+                raise
+            unconverted(error)  # a pass that cannot handle the converted module: lower it as imported
+            return passes(model.mod), "NCHW"
 
 
 def _flops(mod: tvm.IRModule) -> float:

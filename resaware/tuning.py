@@ -87,7 +87,8 @@ class BudgetResult:
     verification: list[Verification] = field(default_factory=list)
     clients: list[ClientReport] = field(default_factory=list)  # none when nothing was left to tune
     warm_from: str | None = None  # the budget (share key) whose tuning this one started from
-    layout: str | None = "NCHW"  # the convolutions' layout tuned (`resaware.layout`); None: a plan's
+    # The convolutions' layout tuned (`resaware.layout`); None: a plan's, a model without any, or unrecorded.
+    layout: str | None = None
 
     @property
     def measure_rate(self) -> float | None:
@@ -263,11 +264,12 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
     if isinstance(model, Plan):
         tasks, layout = model.tasks, None
         for name in model.models:
-            slot.remember_tasks([replace(t, weight=w[name]) for t, w in zip(tasks, model.weights) if name in w], name)
+            mine = [replace(t, weight=w[name]) for t, w in zip(tasks, model.weights) if name in w]
+            slot.remember_tasks(mine, name, complete=True)
     else:
         lowered, layout = lower(model, target)
         tasks = extract(model, target, lowered)
-        slot.remember_tasks(tasks, model.name)
+        slot.remember_tasks(tasks, model.name, complete=True)
     if not tasks:
         raise ResawareError(f"model {model.name} has no tunable kernels")
     slot.commit_workloads([t.mod for t in tasks])  # before any tuner appends (see SharedAppends)
@@ -408,7 +410,7 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
     and `progress` are for CPU budgets); with no GPU here it says how to split the work with a GPU machine.
     """
     if layout is not None and isinstance(model, Plan):
-        raise ResawareError("a plan's tasks were lowered when it was recorded: give the layout to its models")
+        raise ResawareError("a plan's tasks were lowered when it was recorded: give the layout to `plan.record`")
     if target == "cuda":
         return _tune_cuda(model, budgets, trials, store, seed, shapes, arch, layout)
     if target != "llvm":

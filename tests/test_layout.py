@@ -13,6 +13,7 @@ import resaware
 from resaware import hardware, intrinsics
 from resaware.errors import ResawareError
 from resaware.layout import convert
+from resaware.predict import predict
 from resaware.store import Store
 from resaware.tasks import lower
 
@@ -87,6 +88,9 @@ def test_a_store_tuned_in_nchw_compiles_in_nchw_until_tuned_in_nhwc(small_path, 
     compiled = resaware.compile(model, "50%", store=tmp_path)  # auto: NHWC has no records, NCHW has
     assert compiled.info["layout"] == "NCHW" and compiled.info["tuned_tasks"] == tuned >= 1
     assert "the store's records are of NCHW convolutions" in capfd.readouterr().err
+    # Predictions read the same kernels compile would compile.
+    (row,) = predict(model, "50%", store=tmp_path).rows
+    assert row.covered == tuned
     # Tuned again in the default layout: its kernels are other workloads, tuned from scratch beside the old.
     again = resaware.tune(model, "50%", trials=4, store=tmp_path, progress=False)
     assert again.budgets[0].layout == "NHWC" and again.budgets[0].trials_before == 0
@@ -97,6 +101,35 @@ def test_a_store_tuned_in_nchw_compiles_in_nchw_until_tuned_in_nhwc(small_path, 
     (slot,) = Store.open(tmp_path).slots()
     mine = {int(h) for h, entry in slot.task_names().items() if "small" in entry["models"]}
     assert mine == {t.workload_hash for t in resaware.tasks.of(model, "50%")} and len(slot.task_names()) > len(mine)
+
+
+@pytest.mark.parametrize("name", ["shufflenet", "inception_v1"])
+def test_grouped_convolutions_concat_and_lrn_match_onnxruntime_in_nhwc(name, tmp_path):
+    """Untuned (default schedules): the conversion, not the tuning, is what this checks."""
+    from resaware import reference
+
+    model = resaware.load_onnx(f"zoo:{name}")
+    inputs = model.random_inputs(0)
+    compiled = resaware.compile(model, "50%", store=tmp_path)
+    assert compiled.info["layout"] == "NHWC"
+    assert max(relative_error(o, e) for o, e in zip(compiled(*inputs), reference.outputs(model, inputs))) < 1e-4
+
+
+def test_a_model_the_conversion_fails_on_is_tuned_as_imported(tmp_path, capfd):
+    """A nine-input Sum is past the rewrites, so ConvertLayout refuses the model: NCHW, said aloud."""
+    rng = np.random.default_rng(1)
+    weight = numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype("float32"), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Sum", ["c"] * 9, ["y"])]
+    graph = helper.make_graph(nodes, "nine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [weight])  # fmt: skip
+    path = tmp_path / "nine.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    model = resaware.load_onnx(path)
+    (x,) = model.random_inputs(0)
+    compiled = resaware.compile(model, "50%", store=tmp_path / "store")
+    assert compiled.info["layout"] == "NCHW" and "the convolutions stay NCHW" in capfd.readouterr().err
+    (out,) = compiled(x)
+    assert relative_error(out, reference(path, {"x": x})[0]) < 1e-5
 
 
 def test_bad_layout_is_one_clear_error(small_path):
