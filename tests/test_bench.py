@@ -224,7 +224,8 @@ def test_transfer_script_quick(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     data = json.loads((tmp_path / "transfer_two_convs.json").read_text())
     step = data["step"]
-    assert data["tasks"] == 2 and step == 8
+    # Two convolutions and, in NHWC, the transposes into and out of it; four candidates per task a step.
+    assert data["tasks"] == 4 and step == 16
     for row in data["rows"]:  # one step each: the cold start reaches its own final by its last record
         assert row["cold_trials"] == row["warm_trials"] == step and 0 < row["cold_to_5pct"] <= step
         assert row["donor"] == {"50%": "100%", "100%": "50%"}[row["budget"]] and row["cold_final_ms"] > 0
@@ -306,7 +307,12 @@ def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     data = json.loads((tmp_path / "kernel_context-squeezenet-100pct.json").read_text())
     calls = data["calls"]
     # Every kernel launch of the model, convolutions first among them, each timed three ways.
-    assert len(calls) >= 30 and calls[0]["kernel"].startswith("fused_conv2d")
+    # In launch order: the input's transpose into NHWC, then the stem convolution.
+    assert (
+        len(calls) >= 30
+        and calls[0]["kernel"].startswith("transpose")
+        and calls[1]["kernel"].startswith("fused_conv2d")
+    )
     assert all(c[k] > 0 for c in calls for k in ("alone_s", "after_producer_s", "in_model_s"))
     # The kernels timed inside the model are where the module's time goes.
     assert 0.5 < sum(c["in_model_s"] for c in calls) / data["module_s"] < 1.5

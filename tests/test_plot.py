@@ -48,7 +48,8 @@ def test_figures_export_png_and_svg(tuned, tmp_path):
         assert "<svg" in (tmp_path / svg).read_text()
     # One bar per task with a record, tallest first (the tasks that cost most lead).
     heights = [bar.get_height() for bar in figure.axes[0].patches]
-    assert len(heights) == 4 and heights == sorted(heights, reverse=True)
+    recorded = [t for t in report.budgets[0].tasks if t.best_s is not None]
+    assert len(heights) == len(recorded) >= 4 and heights == sorted(heights, reverse=True)
     assert heights[0] == pytest.approx(max(t.weight * t.best_s for t in report.budgets[0].tasks) * 1e3)
 
 
