@@ -65,9 +65,9 @@ def lower_as_tuned(model, target, slot: Slot | None):
     stats = slot.stats()
 
     def covered(tasks) -> float:
-        return sum(t.weight * t.flops for t in tasks if (s := stats.get(t.workload_hash)) and s.best_s is not None)
+        return sum(t.weight * t.flops for t in tasks if _has_record(stats, t))
 
-    if all((s := stats.get(t.workload_hash)) and s.best_s is not None for t in tasks):
+    if all(_has_record(stats, t) for t in tasks):
         return lowered, tasks, layout
     imported, _ = lower(model, target, "NCHW")
     imported_tasks = extract(model, target, imported)
@@ -81,8 +81,13 @@ def _records(slot: Slot | None, tasks: list[Task]):
     """The slot's database (empty without a slot), its per-workload stats, and the tasks it has no valid record of."""
     database = slot.database() if slot is not None else ms.database.MemoryDatabase()
     stats = slot.stats(database) if slot is not None else {}
-    untuned = [t for t in tasks if (s := stats.get(t.workload_hash)) is None or s.best_s is None]
+    untuned = [t for t in tasks if not _has_record(stats, t)]
     return database, stats, untuned
+
+
+def _has_record(stats: dict, task: Task) -> bool:
+    """Whether `stats` (a slot's, by workload) hold a valid record of `task`."""
+    return (s := stats.get(task.workload_hash)) is not None and s.best_s is not None
 
 
 def _provenance(model, slot: Slot | None, tasks: list[Task], stats: dict, untuned: list[Task], target,

@@ -89,7 +89,7 @@ def convert(mod: tvm.IRModule, layout: str) -> tuple[tvm.IRModule, str | None]:
         return mod, None
     if layout == "NCHW":
         return mod, "NCHW"
-    updated = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
+    updated = mod.clone()
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             updated[gv] = _inference_form(func)
