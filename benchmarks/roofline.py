@@ -210,6 +210,7 @@ def main() -> None:
     from resaware import hardware, reference, tasks
     from resaware.bench import interleaved, rel_error
     from resaware.compiled import run_confined
+    from resaware.layout import resolve as resolve_layout
 
     out = output_dir(args)
     share = Budget.parse(args.budget).cpu(usable_cores())
@@ -239,7 +240,8 @@ def main() -> None:
                 raise SystemExit(
                     f"store {args.store} has no records for this machine: tune it first, or leave out --store"
                 )
-            if compiled.info["layout"] != tasks.lower(model, hardware.llvm_target(share.count))[1]:
+            # Compiled in another layout than tasks.of extracted (an older store): its kernels are those.
+            if compiled.info["layout"] not in (None, resolve_layout(model.layout, hardware.llvm_target(1))):
                 found = tasks.of(resaware.model.resolve(model, layout=compiled.info["layout"]), args.budget)
             data.update(slot=slot.key, records=compiled.info["records"], kernels=kernels(found, slot.stats()))
             recorded = [k["weight"] * k["best_s"] for k in data["kernels"] if k["best_s"]]

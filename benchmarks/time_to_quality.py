@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 import tvm
-from tuning_speed import CONTESTANTS, race_one, snapshot
+from tuning_speed import CONTESTANTS, compile_layout, race_one, snapshot
 
 import resaware
 from common import add_output_args, output_dir, read_slow, result_name, round_trip_ns, write
@@ -101,9 +101,8 @@ def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float],
         for _, mark, done in r["marks"]:
             final = mark == r["wall_s"]
             store = Path(r["store"]) if final else snapshot(Path(r["store"]), done, snapshots / f"{name}-{mark:g}")
-            # Stock tuned the model as imported: its kernels without records get NCHW defaults too.
-            layout = None if name.startswith("resaware") else "NCHW"
-            error = add((name, mark, done), resaware.compile(model, args.budget, store=store, layout=layout))
+            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name))
+            error = add((name, mark, done), compiled)
             r["max_rel_error"] = max(error, r.get("max_rel_error", 0.0))
     trips = {key: [] for key in timers}
     if share.count > 1:

@@ -178,6 +178,12 @@ def run_child(args) -> None:
 # ---------------------------------------------------------------- parent: the race
 
 
+def compile_layout(name: str) -> str | None:
+    """The layout to compile contestant `name`'s records in: stock tuned the model as imported (so its
+    kernels without records get NCHW defaults too), resaware in its default."""
+    return None if name.startswith("resaware") else "NCHW"
+
+
 def _settings(args, cap: float, name: str) -> dict:
     settings = {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
     # resaware's own layout became NHWC after runs kept from before it: those are not reused or resumed.
@@ -329,8 +335,7 @@ def score(results: dict[str, dict], args, work: Path) -> None:
             store = (
                 Path(r["store"]) if final else snapshot(Path(r["store"]), done, work / "snapshots" / f"{name}-{done}")
             )
-            layout = None if name.startswith("resaware") else "NCHW"  # stock tuned the model as imported
-            compiled = resaware.compile(model, args.budget, store=store, layout=layout)
+            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name))
             modules[name, seconds, done] = compiled.export(work / "snapshots" / f"{name}-{done}.so")
             if final:
                 r["max_rel_error"] = rel_error(compiled(*inputs), expected)
