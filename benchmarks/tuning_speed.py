@@ -113,7 +113,7 @@ def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float
         mod, _ = lower(model, target, "NCHW")  # stock tunes the model as imported
         options = dict(
             builder=ms.builder.LocalBuilder(f_build=_lean_build, max_workers=cores, timeout_sec=600),
-            runner=ms.runner.LocalRunner(evaluator_config=Timing().evaluator()),
+            runner=ms.runner.LocalRunner(evaluator_config=Timing(flush=False).evaluator()),  # stock times warm
             # Every task gets a batch before any gets two: 64 per batch on 30 tasks and 256 trials would
             # tune four kernels and leave the rest untouched.
             num_trials_per_iter=_batch_size(trials, n_tasks),
@@ -186,8 +186,9 @@ def compile_layout(name: str) -> str | None:
 
 def _settings(args, cap: float, name: str) -> dict:
     settings = {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
-    # resaware's own layout became NHWC after runs kept from before it: those are not reused or resumed.
-    return {**settings, "layout": "auto"} if name.startswith("resaware") else settings
+    # resaware's own layout became NHWC, and its timing flushed, after runs kept from before them: those are
+    # not reused or resumed.
+    return {**settings, "layout": "auto", "caches": "flushed"} if name.startswith("resaware") else settings
 
 
 def _read(stream: Path) -> list[dict]:

@@ -376,6 +376,16 @@ class Slot:
         return SharedAppends(str(self.workload_file), str(self.record_file), str(self.records_lock_file),
                              Donor(donor) if donor is not None else None)  # fmt: skip
 
+    def caches(self, wanted: str) -> str:
+        """How this budget's CPU candidates are timed, "flushed" or "warm" (`measure.Timing`): fixed by
+        its first tuning run (`wanted`), so that every record is ranked against records timed the same
+        way. A budget that holds records from before resaware wrote this down was timed warm."""
+        if self.info.get("caches") not in ("flushed", "warm"):
+            tuned = self.record_file.exists() and self.record_file.stat().st_size > 0
+            self.info = {**self.info, "caches": "warm" if tuned else wanted}
+            write_json(self.path / "budget.json", self.info)
+        return self.info["caches"]
+
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""
         if not self.record_file.exists():

@@ -309,8 +309,19 @@ def _tune_budget(model: Model | Plan, slot: Slot, target, asked: Budget, cores, 
     )  # fmt: skip
 
 
-def _partition_runners(share: CpuShare, k: int) -> list[ConfinedRunner]:
-    return [ConfinedRunner(p.cores) for p in share.partitions(k)]
+def _partition_runners(share: CpuShare, timing: Timing, k: int) -> list[ConfinedRunner]:
+    return [ConfinedRunner(p.cores, timing) for p in share.partitions(k)]
+
+
+def _slot_timing(slot: Slot, timing: Timing, label: str) -> Timing:
+    """`timing`, flushed or warm as the budget's records were timed (`Slot.caches`), saying so when
+    that is not what was asked."""
+    asked = "flushed" if timing.flush else "warm"
+    caches = slot.caches(asked)
+    if caches != asked:
+        print(f"resaware: {label}: its records were timed {caches}, so this run times candidates {caches} too, "
+              f"to rank them alike (tune into another store to time them {asked})", file=sys.stderr)  # fmt: skip
+    return replace(timing, flush=caches == "flushed")
 
 
 def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, timing: Timing):
@@ -447,9 +458,10 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
         target = hardware.llvm_target(share.count)
         slot = store.slot(hw, "llvm", share.key, share.fraction, hardware.target_json(target))
         with slot.locked():
-            measure = _here(share, ks[budget], slot, target, trials, seed, timing)
-            verifier = functools.partial(_partition_runners, share)
             label = f"{model.name} @ {budget} ({share.count}c{f' x{ks[budget]}' if ks[budget] > 1 else ''})"
+            timed = _slot_timing(slot, timing, label)
+            measure = _here(share, ks[budget], slot, target, trials, seed, timed)
+            verifier = functools.partial(_partition_runners, share, timed)
             results.append(_tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
                                         label if progress else None, measure, verifier,
                                         store if warm_start else None))  # fmt: skip
@@ -468,9 +480,10 @@ def _tune_through(model, budgets, trials, store, seed, time_limit, progress, tim
             target = hardware.llvm_target(len(cores), hw.mcpu)
             slot = store.slot(hw, "llvm", share_key, len(cores) / hw.usable_cores, hardware.target_json(target))
             with slot.locked():
-                measure = _through(tracker, name, servers, slot, target, cores, trials, seed, timing)
-                verifier = lambda _, name=name: [remote.runner(tracker, name, 1, timing)]  # noqa: E731
                 label = f"{model.name} @ {budget} on {servers} server{'s' if servers > 1 else ''}"
+                timed = _slot_timing(slot, timing, label)
+                measure = _through(tracker, name, servers, slot, target, cores, trials, seed, timed)
+                verifier = lambda _, name=name, timed=timed: [remote.runner(tracker, name, 1, timed)]  # noqa: E731
                 results.append(_tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
                                             label if progress else None, measure, verifier,
                                             store if warm_start else None))  # fmt: skip
