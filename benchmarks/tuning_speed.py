@@ -6,10 +6,12 @@ process (so none inherits another's warm pools or caches):
   stock defaults  `tune_relax` with its defaults: LocalBuilder (30 s timeout, fresh pool per batch),
                   64 trials per batch, a target without `mcpu` (generic x86-64);
   stock expert    `tune_relax` with the host's `mcpu`, a lean build function (no tensor-intrinsic
-                  import) and room in the builder's timeout, the same candidate timing and batch size
-                  as resaware: the fair baseline;
+                  import) and room in the builder's timeout, resaware's samples and batch size, timed
+                  back to back as MetaSchedule does: the fair baseline;
   resaware        `resaware.tune` at the same budget, in its default layout (NHWC convolutions on
-                  CPU, `resaware.layout`; both stock contestants tune the model as imported, NCHW);
+                  CPU, `resaware.layout`; both stock contestants tune the model as imported, NCHW),
+                  timing with the weights flushed (`measure.Timing`): its estimates read higher than
+                  a warm-timed contestant's for the same kernels, so compare modules, not estimates;
   resaware x2     `resaware.tune(..., concurrency=2)`: two clients, each measuring on its own partition
                   (where the budget leaves room for two), the tasks sharded between them.
 

@@ -214,10 +214,18 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
     hardware = _hardware(manifest, timings)
     mods = [tvm.ir.load_json(t["workload"]) for t in manifest["tasks"]]
     tasks = [Task(t["name"], t["weight"], t["flops"], mod) for t, mod in zip(manifest["tasks"], mods)]
+    slots = {b: store.slot(hardware, manifest["kind"], e["key"], e["fraction"], manifest["target_json"])
+             for b, e in timings["budgets"].items()}  # fmt: skip
+    caches = timings.get("caches", "warm") if manifest["kind"] == "llvm" else None  # CPU timings before were warm
+    for slot in slots.values() if caches else ():  # every budget before any is written: all or none
+        slot.refuse_other_caches(caches, "these candidates")
     added = {}
     for budget, entry in timings["budgets"].items():
-        slot = store.slot(hardware, manifest["kind"], entry["key"], entry["fraction"], manifest["target_json"])
+        slot = slots[budget]
         with slot.locked():  # one writer per budget: folding while a tuner writes it is refused in one line
+            if caches:
+                slot.refuse_other_caches(caches, "these candidates")  # again: a tuner may have begun since
+                slot.time_as(caches)
             slot.commit_workloads(mods)
             database = slot.shared_database()
             workloads = [database.commit_workload(mod) for mod in mods]

@@ -116,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="measure on the servers `resaware serve` registered at this TVM RPC tracker")  # fmt: skip
     p.add_argument("--warm-start", action="store_true",
                    help="start a budget tuned for the first time from the nearest tuned budget's records")  # fmt: skip
+    p.add_argument("--caches", choices=("flushed", "warm"), default="flushed",
+                   help="how CPU candidates are timed: each run with the kernel's weights flushed from the caches, "
+                   "as inside the model (default), or back to back; a budget keeps the way it was first tuned")  # fmt: skip
     _target_args(p)
 
     p = _command(sub, "serve", help="measure for tuners elsewhere: a TVM RPC server confined to a budget")
@@ -181,6 +184,8 @@ def _parser() -> argparse.ArgumentParser:
     measure.add_argument("--clients", type=int, default=1, help="clients measuring each budget at once (default 1)")
     measure.add_argument("--sharing", choices=["auto", "mps", "none"], default="auto",
                          help="how a GPU is shared: MPS clients, the whole GPU alone (100%% only), or MPS else that (default)")  # fmt: skip
+    measure.add_argument("--caches", choices=("flushed", "warm"), default="flushed",
+                         help="CPU: each run with the kernel's weights flushed from the caches (default), or back to back")  # fmt: skip
     fold = _command(cand_sub, "fold", help="add measured candidates to the store as the budgets' records")
     fold.add_argument("directory", help="a directory measured by `resaware candidates measure`")
     _store_arg(fold)
@@ -236,6 +241,7 @@ def _cmd_record(args):
 
 
 def _cmd_tune(args):
+    from .measure import Timing
     from .plan import Plan
     from .tuning import tune
 
@@ -262,7 +268,7 @@ def _cmd_tune(args):
         return
     report = tune(model, budgets, args.trials, store=args.store, seed=args.seed, time_limit=limit,
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker,
-                  warm_start=args.warm_start)  # fmt: skip
+                  warm_start=args.warm_start, timing=Timing(flush=args.caches == "flushed"))  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
 
 
@@ -414,7 +420,7 @@ def _cmd_candidates(args):
         from .measure_built import main as measure_main
 
         code = measure_main([args.directory, "--budgets", args.budgets, "--clients", str(args.clients),
-                             "--sharing", args.sharing])  # fmt: skip
+                             "--sharing", args.sharing, "--caches", args.caches])  # fmt: skip
         if code:
             raise SystemExit(code)
     else:

@@ -62,6 +62,9 @@ def merge_slot(source: Slot, into: Store) -> Merged:
     target = into.slot(source.hardware, source.kind, source.key, source.fraction, json.dumps(source.info["target"]))
     name = f"{source.hardware.id}/{source.kind}/{source.key}"
     with target.locked():
+        if (caches := source.caches()) is not None and source.kind == "llvm":
+            target.refuse_other_caches(caches, f"those of {source.path.parent.parent.parent}")
+            target.time_as(caches)
         target.commit_workloads(
             [Workload.from_json(json.loads(line)).mod for line in source.workload_file.read_text().splitlines()]
         )
@@ -111,6 +114,11 @@ def merge(sources: list[Store | str | os.PathLike], into: Store | str | os.PathL
         slots = source.slots()
         if not slots:
             print(f"resaware: warning: store {source.root} has no budgets; nothing to merge from it", file=sys.stderr)
+        for slot in slots:  # every budget before any is merged: all or none
+            if (caches := slot.caches()) is not None and slot.kind == "llvm":
+                ours = into.root / slot.path.relative_to(source.root)
+                if ours.is_dir():
+                    Slot.open(ours).refuse_other_caches(caches, f"those of {source.root}")
         done += [merge_slot(slot, into) for slot in slots]
     return done
 

@@ -11,7 +11,6 @@ Two pieces that tuning hands to MetaSchedule's task scheduler:
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import signal
@@ -27,26 +26,22 @@ from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from . import confine
+from .measure_built import FLUSH, cold_samples
 
 ARTIFACT_ROOT = os.path.join(tempfile.gettempdir(), "resaware-artifacts")
 
 
-# TVM's time evaluator evicts every argument but the first (the kernel's input) from the CPU caches.
-FLUSH = "cache_flush_cpu_non_first_arg"
-# Cold runs per sample at most: a kernel of microseconds would otherwise take thousands of flushes.
-MAX_COLD_RUNS = 200
-
-
 @dataclass(frozen=True)
 class Timing:
-    """How each candidate is timed: `repeat` samples, each at least `min_repeat_ms` long.
+    """How each candidate is timed: `repeat` samples, each at least `min_repeat_ms` long (a flushed
+    sample of a kernel under 0.2 ms is the mean of 200 runs, however long they take).
 
-    With `flush` (CPU), every run starts with the kernel's weights and output evicted from the caches,
-    as the kernel finds them inside a model, where the other kernels' weights ran through the caches
-    since its last call. Timed back to back instead, weights larger than the L2 stay warm and the
-    search ranks schedules by a speed the model never sees: the best of 64 candidates of ResNet-50's
-    last 3x3 convolution (9 MB of weights) took 2.5 ms warm and 4.5 ms flushed, the third best 2.4 ms
-    and 2.8 ms.
+    With `flush` (CPU; the default), every run starts with all the kernel's arguments but the first
+    (its input) evicted from the caches: the weights, a residual input, the output. That is how a kernel
+    finds them inside a model, where the other kernels' weights went through the caches since its last
+    call. Timed back to back instead, weights beyond the L2 stay warm and the search ranks schedules by
+    a speed the model never sees (`benchmarks/cache_flush.py`). Records of one budget are all timed
+    one way (`Slot.time_as`).
     """
 
     repeat: int = 3
@@ -149,22 +144,14 @@ def _measure_one(artifact_path: str, device_type: str, args_info, timing: Timing
     module = tvm.runtime.load_module(artifact_path)
     device = tvm.runtime.device("cpu" if device_type == "llvm" else device_type, 0)
     args = _random_args(args_info, device)
-    if timing.flush and device_type == "llvm":
-        return _cold_samples(module, device, args, timing)
+    if timing.flush and device_type in ("llvm", "cpu"):  # MetaSchedule names the target kind, resaware the device
+
+        def runs(n: int) -> list[float]:
+            evaluator = module.time_evaluator(module.entry_name, device, number=1, repeat=n, f_preproc=FLUSH)
+            return list(evaluator(*args).results)
+
+        return cold_samples(runs, timing.repeat, timing.min_repeat_ms)
     return run_evaluator_common(module, device, replace(timing, flush=False).evaluator(), [args])
-
-
-def _cold_samples(module, device, args, timing: Timing) -> list[float]:
-    """`timing.repeat` samples of at least `min_repeat_ms`, each the mean of runs that each start flushed."""
-
-    def runs(n: int) -> list[float]:
-        evaluator = module.time_evaluator(module.entry_name, device, number=1, repeat=n, f_preproc=FLUSH)
-        return list(evaluator(*args).results)
-
-    once = max(runs(1)[0], 1e-7)  # also loads the code, as a warm-up run would
-    n = max(1, min(MAX_COLD_RUNS, math.ceil(timing.min_repeat_ms / 1e3 / once)))
-    times = runs(n * timing.repeat)
-    return [sum(times[i * n : (i + 1) * n]) / n for i in range(timing.repeat)]
 
 
 def worker_state() -> dict:

@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import importlib.util
 import json
+import math
 import os
 import platform
 import struct
@@ -33,6 +34,10 @@ from pathlib import Path
 from .budget import Budget, BudgetError
 from .errors import ResawareError, last_line
 
+# TVM's time evaluator evicts every argument but the first (the kernel's input) from the CPU caches.
+FLUSH = "cache_flush_cpu_non_first_arg"
+# Flushed runs per sample at most: a kernel of microseconds would otherwise take thousands of flushes.
+MAX_COLD_RUNS = 200
 MANIFEST = "manifest.json"
 TIMINGS = "timings.json"
 _KDLCPU, _KDLCUDA = 1, 2
@@ -93,15 +98,30 @@ def _tensor(shape, dtype: str, device, rng):
     return tensor
 
 
-def _timed(module, args: list, cuda: bool, repeat: int, min_ms: int) -> list[float]:
+def cold_samples(runs, repeat: int, min_repeat_ms: int) -> list[float]:
+    """`repeat` samples of at least `min_repeat_ms`, each the mean of runs that each start with the
+    caches flushed; `runs(n)` times n such runs (seconds each). TVM's evaluator flushes once a sample,
+    before all of its runs, so a flushed sample is one run and the means are taken here."""
+    once = max(runs(1)[0], 1e-7)  # also loads the code, as a warm-up run would
+    n = max(1, min(MAX_COLD_RUNS, math.ceil(min_repeat_ms / 1e3 / once)))
+    times = runs(n * repeat)
+    return [sum(times[i * n : (i + 1) * n]) / n for i in range(repeat)]
+
+
+def _timed(module, args: list, cuda: bool, repeat: int, min_ms: int, flush: bool = False) -> list[float]:
     """Seconds per run of `module`'s main, `repeat` samples of at least `min_ms` each (TVM's time
-    evaluator, as MetaSchedule's runner uses it)."""
+    evaluator, as MetaSchedule's runner uses it); with `flush` (CPU), each run with the weights flushed."""
     import tvm_ffi
 
-    timer = tvm_ffi.get_global_func("runtime.RPCTimeEvaluator")(
-        module, "main", _KDLCUDA if cuda else _KDLCPU, 0, 1, repeat, min_ms, 100, 0, 1, 0, ""
-    )
-    return list(struct.unpack("@" + "d" * repeat, timer(*args)))
+    def runs(n: int, min_ms: int = 0, preproc: str = FLUSH) -> list[float]:
+        timer = tvm_ffi.get_global_func("runtime.RPCTimeEvaluator")(
+            module, "main", _KDLCUDA if cuda else _KDLCPU, 0, 1, n, min_ms, 100, 0, 1, 0, preproc
+        )
+        return list(struct.unpack("@" + "d" * n, timer(*args)))
+
+    if flush and not cuda:
+        return cold_samples(runs, repeat, min_ms)
+    return runs(repeat, min_ms, "")
 
 
 def _child(directory: Path, ids: list[str], options: dict) -> None:
@@ -128,7 +148,8 @@ def _child(directory: Path, ids: list[str], options: dict) -> None:
             if warmup_ms:  # an idle GPU clocks down: run first, so the first candidates are not slower
                 _timed(module, args_cache[key], cuda, 1, warmup_ms)
                 warmup_ms = 0
-            secs = _timed(module, args_cache[key], cuda, int(options["repeat"]), int(options["min_repeat_ms"]))
+            secs = _timed(module, args_cache[key], cuda, int(options["repeat"]), int(options["min_repeat_ms"]),
+                          bool(options.get("flush")))  # fmt: skip
             print(json.dumps({"id": cid, "secs": secs}), flush=True)
         except Exception as error:  # a failed candidate is a result
             print(json.dumps({"id": cid, "error": last_line(error)}), flush=True)
@@ -239,11 +260,12 @@ def _gpu_facts(options: dict) -> dict:
 
 def measure(directory: str | os.PathLike, budgets, clients: int = 1, repeat: int = 5, min_repeat_ms: int = 20,
             sharing: str = "auto", runtime_lib: str | None = None, only: list[str] | None = None,
-            output: str = TIMINGS) -> dict:  # fmt: skip
+            output: str = TIMINGS, flush: bool = True) -> dict:  # fmt: skip
     """Time every candidate in `directory` (or those in `only`) at every budget; writes the timings to
     `directory/output` and returns them.
 
     `sharing` (CUDA only): `mps`, `none` (the whole GPU, 100% only) or `auto` (MPS, else none).
+    `flush` (CPU only): time each run with the kernel's weights flushed from the caches (`measure.Timing`).
     """
     from . import confine
 
@@ -253,11 +275,13 @@ def measure(directory: str | os.PathLike, budgets, clients: int = 1, repeat: int
     if not manifest_path.exists():
         raise ResawareError(f"{directory} has no {MANIFEST}: build candidates with `resaware candidates build` first")
     manifest = json.loads(manifest_path.read_text())
-    options = {"repeat": repeat, "min_repeat_ms": min_repeat_ms, "runtime_lib": runtime_lib,
-               "warmup_ms": 1000 if manifest["device"] == "cuda" else 0}  # fmt: skip
-    ids = [c["id"] for c in manifest["candidates"] if only is None or c["id"] in only]
     cuda = manifest["device"] == "cuda"
+    options = {"repeat": repeat, "min_repeat_ms": min_repeat_ms, "runtime_lib": runtime_lib,
+               "warmup_ms": 1000 if cuda else 0, "flush": flush and not cuda}  # fmt: skip
+    ids = [c["id"] for c in manifest["candidates"] if only is None or c["id"] in only]
     timings = {"format": 1, "device": manifest["device"], "hardware": _machine(manifest, options), "budgets": {}}
+    if not cuda:
+        timings["caches"] = "flushed" if flush else "warm"
     daemon, how = None, "cores"
     if cuda:
         daemon = _start_daemon(sharing, timings) if sharing in ("auto", "mps") else None
@@ -362,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sharing", choices=["auto", "mps", "none"], default="auto",
                         help="GPU: MPS clients, the whole GPU alone (100%% only), or MPS else that (default)")  # fmt: skip
     parser.add_argument("--runtime-lib", help="folder with libtvm_runtime.so (default: the tvm package's)")
+    parser.add_argument("--caches", choices=["flushed", "warm"], default="flushed",
+                        help="CPU: each run with the kernel's weights flushed from the caches (default), or back to back")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.clients < 1 or args.repeat < 1 or args.min_repeat_ms < 0:
@@ -375,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.budgets:
             raise BudgetError("give the budgets to measure at, e.g. --budgets 25%,50%,100%")
         timings = measure(args.directory, args.budgets, args.clients, args.repeat, args.min_repeat_ms,
-                          args.sharing, args.runtime_lib)  # fmt: skip
+                          args.sharing, args.runtime_lib, flush=args.caches == "flushed")  # fmt: skip
     except ResawareError as error:
         print(f"resaware: error: {error}", file=sys.stderr)
         return 2

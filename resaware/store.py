@@ -376,15 +376,29 @@ class Slot:
         return SharedAppends(str(self.workload_file), str(self.record_file), str(self.records_lock_file),
                              Donor(donor) if donor is not None else None)  # fmt: skip
 
-    def caches(self, wanted: str) -> str:
-        """How this budget's CPU candidates are timed, "flushed" or "warm" (`measure.Timing`): fixed by
-        its first tuning run (`wanted`), so that every record is ranked against records timed the same
-        way. A budget that holds records from before resaware wrote this down was timed warm."""
-        if self.info.get("caches") not in ("flushed", "warm"):
-            tuned = self.record_file.exists() and self.record_file.stat().st_size > 0
-            self.info = {**self.info, "caches": "warm" if tuned else wanted}
-            write_json(self.path / "budget.json", self.info)
-        return self.info["caches"]
+    def caches(self) -> str | None:
+        """How this budget's CPU records were timed, "flushed" or "warm" (`measure.Timing`); None while
+        it holds none. Records from before resaware wrote this down were timed warm."""
+        if not self.has_records:
+            return None
+        return read_json(self.path / "budget.json", self.info).get("caches", "warm")
+
+    def time_as(self, caches: str) -> str:
+        """Fix how this budget's records are timed, so that every record ranks against records timed
+        alike: as those it holds were (`caches()`), else `caches`. Returns which; hold `locked()`."""
+        held = self.caches() or caches
+        info = read_json(self.path / "budget.json", self.info)
+        if info.get("caches") != held:
+            write_json(self.path / "budget.json", {**info, "caches": held})
+        self.info = {**info, "caches": held}
+        return held
+
+    def refuse_other_caches(self, caches: str, what: str) -> None:
+        """One clear line if this budget's records were timed otherwise than `caches` (those of `what`)."""
+        held = self.caches()
+        if held not in (None, caches):
+            raise ResawareError(f"the {self.key} records in {self.path.parent.parent.parent} were timed {held}, "
+                                f"{what} {caches}: they would not rank alike; keep them in another store")  # fmt: skip
 
     def stats(self, database=None) -> dict[int, WorkloadStats]:
         """Trials and best latency per workload (keyed by structural hash)."""

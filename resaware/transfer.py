@@ -21,11 +21,11 @@ FIRST_BATCH = 4  # candidates per task in a warm-started budget's first round
 
 def donor(slot: Slot, store: Store, workloads: set[int]) -> Slot | None:
     """The budget of the same hardware and target kind nearest to `slot`'s (as compiling chooses) that
-    tuned any of `workloads` (structural hashes), or None."""
+    tuned any of `workloads` (structural hashes), its records timed as `slot`'s are (`Slot.time_as`), or None."""
     others = [
         s for s in store.slots(slot.hardware, slot.kind)
         if s.path != slot.path and s.fraction != slot.fraction and s.has_records
-        and workloads & {int(h) for h in s.task_names()}
+        and s.caches() == slot.info.get("caches") and workloads & {int(h) for h in s.task_names()}
     ]  # fmt: skip
     return nearest(others, slot.fraction)
 

@@ -89,6 +89,7 @@ class BudgetResult:
     warm_from: str | None = None  # the budget (share key) whose tuning this one started from
     # The convolutions' layout tuned (`resaware.layout`); None: a plan's, a model without any, or unrecorded.
     layout: str | None = None
+    caches: str | None = None  # how CPU candidates were timed, "flushed" or "warm" (`measure.Timing`)
 
     @property
     def measure_rate(self) -> float | None:
@@ -143,7 +144,9 @@ class TuneReport:
     def table(self) -> str:
         """A printable table: one line per budget."""
         layouts = ", ".join(sorted({b.layout for b in self.budgets if b.layout}))
-        lines = [f"model {self.model}{f' ({layouts} convolutions)' if layouts else ''} on {self.hardware}, store {self.store}",
+        caches = "/".join(sorted({b.caches for b in self.budgets if b.caches}))
+        how = ", ".join([*([f"{layouts} convolutions"] if layouts else []), *([f"caches {caches}"] if caches else [])])
+        lines = [f"model {self.model}{f' ({how})' if how else ''} on {self.hardware}, store {self.store}",
                  f"{'budget':>7} {'cores':>6} {'clients':>7} {'trials':>13} {'tuned tasks':>11} {'est. latency':>13} {'wall':>8} {'re-measured':>25}  stopped by"]  # fmt: skip
         for b in self.budgets:
             tuned = sum(1 for t in b.tasks if t.best_s is not None)
@@ -317,7 +320,7 @@ def _slot_timing(slot: Slot, timing: Timing, label: str) -> Timing:
     """`timing`, flushed or warm as the budget's records were timed (`Slot.caches`), saying so when
     that is not what was asked."""
     asked = "flushed" if timing.flush else "warm"
-    caches = slot.caches(asked)
+    caches = slot.time_as(asked)
     if caches != asked:
         print(f"resaware: {label}: its records were timed {caches}, so this run times candidates {caches} too, "
               f"to rank them alike (tune into another store to time them {asked})", file=sys.stderr)  # fmt: skip
@@ -462,9 +465,9 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
             timed = _slot_timing(slot, timing, label)
             measure = _here(share, ks[budget], slot, target, trials, seed, timed)
             verifier = functools.partial(_partition_runners, share, timed)
-            results.append(_tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
-                                        label if progress else None, measure, verifier,
-                                        store if warm_start else None))  # fmt: skip
+            result = _tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
+                                  label if progress else None, measure, verifier, store if warm_start else None)  # fmt: skip
+            results.append(replace(result, caches="flushed" if timed.flush else "warm"))
     return TuneReport(model.name, hw.id, str(store.root), results)
 
 
@@ -484,7 +487,7 @@ def _tune_through(model, budgets, trials, store, seed, time_limit, progress, tim
                 timed = _slot_timing(slot, timing, label)
                 measure = _through(tracker, name, servers, slot, target, cores, trials, seed, timed)
                 verifier = lambda _, name=name, timed=timed: [remote.runner(tracker, name, 1, timed)]  # noqa: E731
-                results.append(_tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
-                                            label if progress else None, measure, verifier,
-                                            store if warm_start else None))  # fmt: skip
+                result = _tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
+                                      label if progress else None, measure, verifier, store if warm_start else None)  # fmt: skip
+                results.append(replace(result, caches="flushed" if timed.flush else "warm"))
     return TuneReport(model.name, ",".join(dict.fromkeys(ids)), str(store.root), results)

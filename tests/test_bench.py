@@ -300,6 +300,16 @@ def test_layout_script_quick(tmp_path):
     assert "NHWC" in (tmp_path / "layout-two_convs-50pct.md").read_text()
 
 
+def test_cache_flush_script_quick(tmp_path):
+    done = _script("cache_flush.py", "--out", tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "cache_flush-squeezenet-50pct.json").read_text())
+    (result,) = data["results"]  # SqueezeNet's kernel with the most weight bytes, tuned warm, re-timed both ways
+    assert result["weight_kb"] > 0 and 1 <= len(result["candidates"]) <= 4
+    assert all(c["warm"] > 0 and c["flushed"] > 0 for c in result["candidates"])
+    assert result["task"] in (tmp_path / "cache_flush-squeezenet-50pct.md").read_text()
+
+
 def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     store, _ = squeezenet_store
     done = _script("kernel_context.py", "--out", tmp_path, "--store", store, "--budget", "100%", "--watch", "2")

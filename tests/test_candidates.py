@@ -13,7 +13,7 @@ import pytest
 from conftest import make_small_model, reference, relative_error, run_cli
 
 import resaware
-from resaware import candidates, confine, hardware
+from resaware import candidates, confine, hardware, measure_built
 from resaware.budget import Budget
 from resaware.store import Store
 
@@ -57,6 +57,26 @@ def test_build_measure_with_the_runtime_alone_fold_and_compile(small_model, smal
     inputs = small_model.random_inputs(0)
     (ref,) = reference(small_path, {s.name: a for s, a in zip(small_model.inputs, inputs)})
     assert relative_error(compiled(*inputs)[0], ref) < 1e-4
+
+
+def test_fold_keeps_a_budgets_records_timed_one_way(small_model, tmp_path):
+    out = tmp_path / "built"
+    candidates.build(small_model, "llvm", out, per_task=2, top=1)
+    done = run_cli("candidates", "measure", out, "--budgets", "50%", "--caches", "warm")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "timings.json").read_text())["caches"] == "warm"
+    store = tmp_path / "store"
+    resaware.tune(small_model, "50%", trials=2, store=store, progress=False)  # flushed, the default
+    (slot,) = Store.open(store).slots()
+    before = slot.record_file.read_text()
+    done = run_cli("candidates", "fold", out, "--store", store)
+    assert done.returncode == 2 and "were timed flushed, these candidates warm" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert slot.record_file.read_text() == before  # nothing added, nothing lost
+    flushed = measure_built.measure(out, ["50%"], repeat=2)
+    assert flushed["caches"] == "flushed"
+    assert all(len(r["secs"]) == 2 for r in flushed["budgets"]["50%"]["results"].values())
+    assert set(candidates.fold(out, store).values()) != {0}
 
 
 def test_candidates_cli_says_what_is_missing_in_one_line(tmp_path):

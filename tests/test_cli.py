@@ -30,10 +30,11 @@ def test_tasks_lists_kernels(small_path):
 def test_tune_compile_run_show(tmp_path):
     model = make_small_model(tmp_path / "m.onnx", batch=1)
     store = tmp_path / "store"
-    done = run_cli("tune", model, "--budgets", "50%", "--trials", "4", "--store", store, "--json")
+    done = run_cli("tune", model, "--budgets", "50%", "--trials", "4", "--store", store, "--json", "--caches", "warm")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["budgets"][0]["trials_total"] == 4 and report["budgets"][0]["budget"] == "50%"
+    assert report["budgets"][0]["caches"] == "warm"
 
     shown = run_cli("store", "show", "--store", store, "-v")
     assert shown.returncode == 0 and "50%" in shown.stdout and "cpu-" in shown.stdout and "trials" in shown.stdout

@@ -83,7 +83,7 @@ def test_both_layouts_match_onnxruntime(residual_path, tmp_path, layout):
 def test_a_store_tuned_in_nchw_compiles_in_nchw_until_tuned_in_nhwc(small_path, tmp_path, capfd):
     model = resaware.load_onnx(small_path, shapes={"x": (1, 3, 16, 16)})
     first = resaware.tune(model, "50%", trials=4, store=tmp_path, progress=False, layout="NCHW")
-    assert first.budgets[0].layout == "NCHW" and "(NCHW convolutions)" in first.table()
+    assert first.budgets[0].layout == "NCHW" and "(NCHW convolutions, caches flushed)" in first.table()
     tuned = sum(t.best_s is not None for t in first.budgets[0].tasks)
     compiled = resaware.compile(model, "50%", store=tmp_path)  # auto: NHWC has no records, NCHW has
     assert compiled.info["layout"] == "NCHW" and compiled.info["tuned_tasks"] == tuned >= 1

@@ -10,8 +10,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 import resaware
-from resaware import ResawareError, clients, hardware
-from resaware.measure import ConfinedRunner, Timing
+from resaware import ResawareError, clients, exchange, hardware
+from resaware.measure import ConfinedRunner, Timing, _measure_one
 from resaware.search import OPEN_BATCH, UNLIMITED, WeightedScheduler
 from resaware.store import Store
 from resaware.tasks import Task
@@ -64,6 +64,61 @@ def test_rerun_tunes_only_the_remainder_and_keeps_old_records(small_model, tmp_p
     first = report.budgets[0].estimated_s
     if first is not None:
         assert history[0][2] is not None and history[0][2] <= first
+
+
+def test_a_budget_keeps_the_timing_its_records_were_made_with(small_model, tmp_path, capsys):
+    # Flushed by default: every record holds three samples, each the mean of flushed runs.
+    fresh = resaware.tune(small_model, "50%", trials=4, store=tmp_path / "a", progress=False)
+    assert fresh.budgets[0].caches == "flushed" and "caches flushed" in fresh.table()
+    (slot,) = Store.open(tmp_path / "a").slots()
+    samples = [json.loads(line)[1][1] for line in _record_lines(slot)]
+    assert all(len(s) == 3 for s in samples if max(s) < 1e8)  # failed candidates hold one huge cost
+    # A budget first tuned warm stays warm, so that its records rank alike; the run says so.
+    warm = resaware.tune(small_model, "50%", trials=4, store=tmp_path / "b", progress=False, timing=Timing(flush=False))
+    assert warm.budgets[0].caches == "warm"
+    capsys.readouterr()
+    more = resaware.tune(small_model, "50%", trials=6, store=tmp_path / "b", progress=False)
+    assert more.budgets[0].caches == "warm" and more.budgets[0].trials_total == 6
+    assert "timed warm" in capsys.readouterr().err
+    # Nor do merges mix them: all or nothing, in one clear line.
+    (warm_slot,) = Store.open(tmp_path / "b").slots()
+    held = warm_slot.record_file.read_text()
+    with pytest.raises(ResawareError, match="were timed warm, those of .* flushed: they would not rank alike"):
+        exchange.merge([tmp_path / "a"], tmp_path / "b")
+    assert warm_slot.record_file.read_text() == held
+    # A store tuned before resaware wrote the timing down was timed warm.
+    budget_json = slot.path / "budget.json"
+    info = json.loads(budget_json.read_text())
+    del info["caches"]
+    budget_json.write_text(json.dumps(info))
+    older = resaware.tune(small_model, "50%", trials=6, store=tmp_path / "a", progress=False)
+    assert older.budgets[0].caches == "warm" and json.loads(budget_json.read_text())["caches"] == "warm"
+
+
+def _matrix_vector(path, rows: int, cols: int) -> tuple:
+    """y = W x, x first: the flush leaves the input alone and evicts the weights (and y)."""
+    import tvm
+    from tvm import te
+
+    x = te.placeholder((cols,), name="x")
+    w = te.placeholder((rows, cols), name="w")
+    k = te.reduce_axis((0, cols), name="k")
+    y = te.compute((rows,), lambda i: te.sum(w[i, k] * x[k], axis=k), name="y")
+    tvm.compile(te.create_prim_func([x, w, y]), target=hardware.llvm_target(1)).export_library(str(path))
+    return (("TENSOR", "float32", (cols,)), ("TENSOR", "float32", (rows, cols)), ("TENSOR", "float32", (rows,)))
+
+
+def test_flushed_timing_reads_the_weights_from_memory(tmp_path):
+    # 4 MB of weights: beyond any core's L2, within the L3, so warm runs read them from the L3.
+    args = _matrix_vector(tmp_path / "mv.so", 1024, 1024)
+    runner = ConfinedRunner((0,))
+    try:
+        warm = runner.call(_measure_one, str(tmp_path / "mv.so"), "llvm", args, Timing(flush=False))
+        cold = runner.call(_measure_one, str(tmp_path / "mv.so"), "llvm", args, Timing(flush=True))
+    finally:
+        runner.close()
+    assert len(warm) == len(cold) == 3
+    assert min(cold) > 1.3 * max(warm), (cold, warm)
 
 
 def test_history_after_every_batch(small_store):
