@@ -49,6 +49,11 @@ class Timing:
     timeout_s: float = 30.0
     flush: bool = True
 
+    @property
+    def caches(self) -> str:
+        """How candidates are timed, "flushed" or "warm", as a store writes it down (`Slot.time_as`)."""
+        return "flushed" if self.flush else "warm"
+
     def evaluator(self) -> EvaluatorConfig:
         """MetaSchedule's evaluator settings for these samples (as an RPC runner takes them). TVM
         flushes once a sample, before its runs: flushed, a sample is one run, and there are 10x more."""

@@ -317,9 +317,9 @@ def _partition_runners(share: CpuShare, timing: Timing, k: int) -> list[Confined
 
 
 def _slot_timing(slot: Slot, timing: Timing, label: str) -> Timing:
-    """`timing`, flushed or warm as the budget's records were timed (`Slot.caches`), saying so when
+    """`timing`, flushed or warm as the budget's records were timed (`Slot.time_as`), saying so when
     that is not what was asked."""
-    asked = "flushed" if timing.flush else "warm"
+    asked = timing.caches
     caches = slot.time_as(asked)
     if caches != asked:
         print(f"resaware: {label}: its records were timed {caches}, so this run times candidates {caches} too, "
@@ -467,7 +467,7 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
             verifier = functools.partial(_partition_runners, share, timed)
             result = _tune_budget(model, slot, target, budget, share.cores, ks[budget], trials, time_limit,
                                   label if progress else None, measure, verifier, store if warm_start else None)  # fmt: skip
-            results.append(replace(result, caches="flushed" if timed.flush else "warm"))
+            results.append(replace(result, caches=timed.caches))
     return TuneReport(model.name, hw.id, str(store.root), results)
 
 
@@ -489,5 +489,5 @@ def _tune_through(model, budgets, trials, store, seed, time_limit, progress, tim
                 verifier = lambda _, name=name, timed=timed: [remote.runner(tracker, name, 1, timed)]  # noqa: E731
                 result = _tune_budget(model, slot, target, budget, cores, servers, trials, time_limit,
                                       label if progress else None, measure, verifier, store if warm_start else None)  # fmt: skip
-                results.append(replace(result, caches="flushed" if timed.flush else "warm"))
+                results.append(replace(result, caches=timed.caches))
     return TuneReport(model.name, ",".join(dict.fromkeys(ids)), str(store.root), results)
