@@ -25,6 +25,7 @@ from resaware import confine, hardware, intrinsics, search
 from resaware.budget import Budget
 from resaware.measure import ConfinedRunner, PooledBuilder, Timing, _measure_one, build_one, remove_artifact
 from resaware.model import resolve
+from resaware.store import replay
 from resaware.tasks import extract, lower
 
 
@@ -40,26 +41,15 @@ def weight_bytes(task) -> int:
     return sum(math.prod(shape) * 4 for _, _, shape in _args(task)[1:-1])
 
 
-def _ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    for rank, i in enumerate(order):
-        ranks[i] = float(rank)
-    return ranks
-
-
 def spearman(a: list[float], b: list[float]) -> float | None:
-    """Rank correlation of two timings of the same candidates (no ties expected in timings)."""
-    n = len(a)
-    if n < 3:
-        return None
-    ra, rb = _ranks(a), _ranks(b)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1))
+    """Rank correlation of two timings of the same candidates (None for fewer than three)."""
+    from scipy.stats import spearmanr  # comes with XGBoost
+
+    return float(spearmanr(a, b).statistic) if len(a) >= 3 else None
 
 
 def compare(task, target, cores, builder, trials: int, top: int, seed: int) -> dict:
     """Tune `task` warm for `trials`, then time its `top` best records warm and flushed."""
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     work = tempfile.mkdtemp(prefix="resaware-cache-flush-")
@@ -73,9 +63,7 @@ def compare(task, target, cores, builder, trials: int, top: int, seed: int) -> d
         records = database.get_top_k(database.commit_workload(task.mod), top)
         args, rows = _args(task), []
         for record in records:
-            sch = tvm.s_tir.Schedule(task.mod)
-            record.trace.apply_to_schedule(sch, remove_postproc=False)
-            path = builder.pool.submit(build_one, sch.mod, target).result()
+            path = builder.pool.submit(build_one, replay(record, task.mod).sch.mod, target).result()
             try:
                 times = {name: runner.call(_measure_one, path, "llvm", args, timing)
                          for name, timing in (("warm", warm), ("flushed", flushed))}  # fmt: skip
