@@ -188,9 +188,12 @@ def compile_layout(name: str) -> str | None:
 
 def _settings(args, cap: float, name: str) -> dict:
     settings = {"model": args.model, "budget": args.budget, "trials": args.trials, "seed": args.seed, "cap": cap}
-    # resaware's own layout became NHWC, and its timing flushed, after runs kept from before them: those are
-    # not reused or resumed.
-    return {**settings, "layout": "auto", "caches": "flushed"} if name.startswith("resaware") else settings
+    # resaware's own layout became NHWC, its timing flushed, and its measuring overlapped with the search
+    # (at budgets under 100 %), after runs kept from before them: those are not reused or resumed.
+    if not name.startswith("resaware"):
+        return settings
+    settings = {**settings, "layout": "auto", "caches": "flushed"}
+    return {**settings, "measuring": "background"} if Budget.parse(args.budget).fraction < 1 else settings
 
 
 def _read(stream: Path) -> list[dict]:

@@ -2,9 +2,10 @@
 
 The paper behind resaware tuned several clients at once on one device, each confined to its share.
 Here a client is a whole tuner in its own process: it measures on its partition, and searches, trains
-its cost model and builds there too, plus on the cores no partition has. MetaSchedule waits for its
-runner, so a client never searches while it measures, and no client touches another's partition:
-each measurement has its cores to itself while the others share only the last-level cache and memory.
+its cost model and builds there too, plus on the cores no partition has. While it measures it keeps to
+those spare cores (searching and building its next batch there) or, with none, waits; no client
+touches another's partition: each measurement has its cores to itself while the others share only the
+last-level cache and memory.
 
 Tasks are dealt up front, before anything is measured: each client gets one batch per task, then trials
 in proportion to its tasks' weight x FLOPs, balanced largest first (within a client, the scheduler then
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,7 +40,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from . import confine, hardware, intrinsics
 from .errors import ResawareError
-from .measure import ConfinedRunner, PooledBuilder, Timing, worker_state
+from .measure import ConfinedRunner, PooledBuilder, Timing, TunerCores, worker_state
 from .search import UNLIMITED, Progress, _batch_size, open_ended, phases, search_rounds
 from .store import Slot
 from .tasks import Task
@@ -57,11 +59,14 @@ class ClientReport:
     phases: dict[str, float]  # search, cost_model, build, run, other (seconds)
     window: tuple[float, float] = (0.0, 0.0)  # when it tuned, seconds since the epoch
     worker_cores: list[int] | None = None  # every thread mask of its measuring worker, read from inside it
+    # Seconds its worker spent timing batches. The "run" phase is the time the tuner waited for them, less
+    # when it searched meanwhile (`measure.TunerCores`); None: measured elsewhere (RPC), "run" it is.
+    measuring_s: float | None = None
 
     @property
     def measure_rate(self) -> float | None:
         """Candidates measured per second of measuring."""
-        run = self.phases.get("run", 0.0)
+        run = self.measuring_s if self.measuring_s is not None else self.phases.get("run", 0.0)
         return self.trials / run if run > 0 else None
 
 
@@ -148,6 +153,7 @@ def _merged(a: ClientReport, b: ClientReport) -> ClientReport:
     return ClientReport(
         b.cores, b.tuner_cores, max(a.tasks, b.tasks), a.trials + b.trials, a.wall_s + b.wall_s, b.stopped_by,
         {k: a.phases[k] + b.phases[k] for k in a.phases}, (a.window[0], b.window[1]), b.worker_cores,
+        a.measuring_s + b.measuring_s if a.measuring_s is not None and b.measuring_s is not None else None,
     )  # fmt: skip
 
 
@@ -258,10 +264,13 @@ def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int
         on_batch(task, n, best)
 
     confined = runner is None
-    builder, runner = PooledBuilder(tuner), runner or ConfinedRunner(cores, timing)
+    # With cores of its own besides the measuring ones, the tuner searches and builds there while a batch is timed.
+    lanes = TunerCores(tuner, cores) if confined and set(tuner) - set(cores) else None
+    builder = PooledBuilder(tuner, lanes=lanes)
+    runner = runner or ConfinedRunner(cores, timing, lanes)
     began = time.time()
     try:
-        with ms.Profiler() as profiler:
+        with ms.Profiler() as profiler, confine.pinned(tuner) if lanes else nullcontext():
             stopped_by = search_rounds(
                 tasks, target, database, str(slot.path), trials, before, seed, len(tuner), builder, runner,
                 slot.load_cost_model(len(tuner)), lambda model: slot.save_cost_model(model, cost_model_file),
@@ -276,7 +285,8 @@ def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int
     wall = time.monotonic() - start
     profile = {str(k): float(v) for k, v in profiler.get().items()}
     return ClientReport(list(cores), list(tuner), len(tasks), done[0] - before, wall, stopped_by,
-                        phases(profile, wall), window, worker_cores)  # fmt: skip
+                        phases(profile, wall), window, worker_cores,
+                        runner.measuring_s if confined else None)  # fmt: skip
 
 
 # ---------------------------------------------------------------- inside a client process

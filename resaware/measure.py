@@ -5,8 +5,10 @@ Two pieces that tuning hands to MetaSchedule's task scheduler:
   (TVM's `LocalBuilder` starts a fresh pool every batch and imports the tensor intrinsics in each
   worker, ~48 s on a small machine), pinned to the cores the tuner owns.
 - `ConfinedRunner`: times each candidate in one persistent worker confined to the budget's cores,
-  with TVM's thread count set to match. Measuring is synchronous: while it runs the tuner waits, so
-  when the budget takes every core the measurement still has them to itself.
+  with TVM's thread count set to match. When the budget takes every core the tuner waits while it
+  measures, so the measurement has them to itself. When the tuner has cores of its own besides
+  (`TunerCores`), a batch is timed in the background: the tuner searches and builds the next one on
+  those cores alone meanwhile, and takes the measuring cores back when the batch is done.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+import time
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, replace
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
-from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner, PyRunnerFuture, RunnerResult
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from . import confine
@@ -69,10 +74,42 @@ def _enter(cores: tuple[int, ...]) -> None:
     confine.enter(cores)
 
 
-def build_one(mod, target) -> str:
-    """Compile one candidate to a shared library in its own directory (the tuner removes it after)."""
+class TunerCores:
+    """Where the tuner's own work (search, cost model, builds) may run: all of `tuner`, or only those
+    not `measuring` (`aside`) while a batch is timed there in the background.
+
+    The tuner process's threads are re-pinned when a batch starts and when it ends (threads that TVM
+    and XGBoost start later inherit the mask); build workers pin themselves to `now()` per build.
+    """
+
+    def __init__(self, tuner: tuple[int, ...], measuring: tuple[int, ...]):
+        self.tuner = tuple(tuner)
+        self.aside = tuple(c for c in self.tuner if c not in set(measuring))
+        if not self.aside:
+            raise ValueError(f"the tuner's cores {self.tuner} leave none aside from the measuring cores {measuring}")
+        self._lock = threading.Lock()
+        self._measuring = False
+
+    def now(self) -> tuple[int, ...]:
+        """The cores a build or search started now may use."""
+        with self._lock:
+            return self.aside if self._measuring else self.tuner
+
+    def measuring(self, yes: bool) -> None:
+        """A batch starts (True) or ends (False) on the measuring cores: move this process accordingly."""
+        with self._lock:
+            self._measuring = yes
+            confine.pin_threads(self.aside if yes else self.tuner)
+
+
+def build_one(mod, target, cores: tuple[int, ...] | None = None) -> str:
+    """Compile one candidate to a shared library in its own directory (the tuner removes it after);
+    in a build worker, on `cores` when given."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    if cores:
+        confine.pin_threads(cores)
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     try:
@@ -93,23 +130,27 @@ def build_one(mod, target) -> str:
 
 @derived_object
 class PooledBuilder(PyBuilder):
-    """A persistent pool of build workers pinned to `cores`."""
+    """A persistent pool of build workers pinned to `cores` (with `lanes`, to those it allows now)."""
 
-    def __init__(self, cores: tuple[int, ...], workers: int | None = None, timeout_s: float = 60.0):
+    def __init__(self, cores: tuple[int, ...], workers: int | None = None, timeout_s: float = 60.0,
+                 lanes: TunerCores | None = None):  # fmt: skip
         super().__init__()
         self.cores = tuple(cores)
         self.timeout_s = timeout_s
+        self.lanes = lanes
         self.pool = PopenPoolExecutor(
             max_workers=workers or len(self.cores),
             timeout=timeout_s,
             initializer=_enter,
-            initargs=(self.cores,),
+            # A worker (re)started while a batch is timed must not start on the measuring cores.
+            initargs=(lanes.aside if lanes is not None else self.cores,),
             # Workers leak a little per build in TVM; recycle them now and then, not every batch.
             maximum_process_uses=200,
         )
 
     def build(self, build_inputs):
-        futures = [self.pool.submit(build_one, item.mod, item.target) for item in build_inputs]
+        cores = self.lanes.now() if self.lanes is not None else None
+        futures = [self.pool.submit(build_one, item.mod, item.target, cores) for item in build_inputs]
         results = []
         for future in futures:
             try:
@@ -210,13 +251,43 @@ def _spin(seconds: float) -> dict:
 
 
 @derived_object
-class ConfinedRunner(PyRunner):
-    """Times candidates one at a time in a persistent worker confined to `cores`."""
+class PendingRun(PyRunnerFuture):
+    """One candidate's timing in the measuring worker, as MetaSchedule waits for it."""
 
-    def __init__(self, cores: tuple[int, ...], timing: Timing = Timing()):
+    def __init__(self, job: Future, timeout_s: float):
+        super().__init__()
+        self.job, self.timeout_s = job, timeout_s
+
+    def done(self) -> bool:
+        return self.job.done()
+
+    def result(self) -> RunnerResult:
+        try:
+            return RunnerResult(self.job.result(), None)
+        except FutureTimeout:
+            return RunnerResult(None, f"run timed out after {self.timeout_s:g} s")
+        except Exception as error:  # a crashing candidate is a failed record, tuning goes on
+            return RunnerResult(None, f"run failed: {error}")
+
+
+@derived_object
+class ConfinedRunner(PyRunner):
+    """Times candidates one at a time in a persistent worker confined to `cores`, one batch at a time.
+
+    Without `lanes`, `run` returns once the batch is timed. With them, it returns at once and the
+    tuner keeps to `lanes.aside` until the batch is done; the next `run` waits for it first.
+    """
+
+    def __init__(self, cores: tuple[int, ...], timing: Timing = Timing(), lanes: TunerCores | None = None):
         super().__init__()
         self.cores = tuple(cores)
         self.timing = timing
+        self.lanes = lanes
+        self.measuring_s = 0.0  # from each batch's first submission to its last result, summed
+        self.batch_done = threading.Event()
+        self.batch_done.set()
+        self.in_flight: list[Future] = []
+        self.closed = False
         self.pool = PopenPoolExecutor(
             max_workers=1,
             timeout=timing.timeout_s,
@@ -226,23 +297,54 @@ class ConfinedRunner(PyRunner):
         )
 
     def call(self, fn, *args):
-        """Run `fn(*args)` in the confined worker (used by verification and tests)."""
+        """Run `fn(*args)` in the confined worker once no batch is being timed (verification, tests)."""
+        self.batch_done.wait()
         return self.pool.submit(fn, *args).result()
 
     def run(self, runner_inputs):
-        futures = []
-        for item in runner_inputs:
-            args_info = tuple(arg.as_json() for arg in item.args_info)
+        self.batch_done.wait()
+        jobs = [(str(item.artifact_path), str(item.device_type), tuple(a.as_json() for a in item.args_info))
+                for item in runner_inputs]  # fmt: skip
+        began = time.monotonic()
+        if self.lanes is None or not jobs:
+            futures = [self.pool.submit(_measure_one, *job, self.timing) for job in jobs]
+            wait_for(futures)
+            self.measuring_s += time.monotonic() - began
+        else:
+            self.batch_done.clear()
             try:
-                costs = self.call(_measure_one, str(item.artifact_path), str(item.device_type), args_info, self.timing)
-                futures.append(LocalRunnerFuture(res=costs))
-            except FutureTimeout:
-                futures.append(LocalRunnerFuture(error_message=f"run timed out after {self.timing.timeout_s:g} s"))
-            except Exception as error:  # a crashing candidate is a failed record, tuning goes on
-                futures.append(LocalRunnerFuture(error_message=f"run failed: {error}"))
-        return futures
+                self.lanes.measuring(True)  # off the measuring cores before the first run starts
+                futures = self.in_flight = [self.pool.submit(_measure_one, *job, self.timing) for job in jobs]
+            except BaseException:
+                self._batch_over()
+                raise
+            left, lock = [len(futures)], threading.Lock()
+
+            def finished(_: Future) -> None:
+                # The pool's thread calls this, or this thread for a job already done when it registers.
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    self.measuring_s += time.monotonic() - began
+                    self._batch_over()
+
+            for future in futures:
+                future.add_done_callback(finished)
+        return [PendingRun(future, self.timing.timeout_s) for future in futures]
+
+    def _batch_over(self) -> None:
+        try:
+            if not self.closed:  # closed: the tuner has put its threads back already
+                self.lanes.measuring(False)
+        finally:
+            self.batch_done.set()
 
     def close(self) -> None:
+        """Stop the worker; a batch still queued is dropped (its futures are cancelled), not timed."""
+        self.closed = True
+        for future in self.in_flight:
+            future.cancel()
         self.pool.shutdown(wait=False)
 
 

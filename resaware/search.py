@@ -90,6 +90,7 @@ class Progress(PyMeasureCallback):
         self.best: dict[int, float] = {}  # task index -> best mean seconds measured (the scheduler's shares)
         self.timed_out = False
         self.stop_asked = False  # Ctrl-C: stop after the batch in flight
+        self.ending = False
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         means = [mean_seconds(r.run_secs) for r in runner_results if r.error_msg is None]
@@ -97,13 +98,24 @@ class Progress(PyMeasureCallback):
         if valid:
             self.best[int(task_id)] = min(self.best.get(int(task_id), min(valid)), min(valid))
         self.on_batch(int(task_id), len(runner_results), min(valid) if valid else None)
+        if self.ending:
+            return
         # Runs after MetaSchedule's own callbacks, so this batch is already in the database and the
         # cost model; raising is the one way to end the task scheduler's loop early.
-        if self.stop_asked:
-            raise InterruptedError("stopped by Ctrl-C")
-        if self.deadline is not None and time.time() >= self.deadline:
-            self.timed_out = True
-            raise TimeoutError("tuning time limit reached")
+        if self.stop_asked or (self.deadline is not None and time.time() >= self.deadline):
+            self.timed_out = not self.stop_asked
+            self._join_the_rest(task_scheduler, int(task_id))
+            raise (
+                InterruptedError("stopped by Ctrl-C") if self.stop_asked else TimeoutError("tuning time limit reached")
+            )
+
+    def _join_the_rest(self, task_scheduler, task_id: int) -> None:
+        """Wait for the batches still being timed in the background (`measure.TunerCores`), so that
+        they reach the store before the raise ends the loop; their callbacks come back here."""
+        self.ending = True
+        for i, record in enumerate(task_scheduler.tasks_):
+            if i != task_id and record.runner_futures is not None:
+                task_scheduler.join_running_task(i)
 
     @contextmanager
     def ctrl_c_after_batch(self) -> Iterator[None]:
@@ -196,15 +208,18 @@ class WeightedScheduler(PyTaskScheduler):
         alive = [i for i, record in enumerate(records) if not record.is_terminated]
         if not alive:
             return -1
-        fresh = [i for i in alive if self.sent[i] == 0]
+        # A task still being timed in the background (an RPC runner, or `TunerCores`) is picked only when
+        # nothing else is left: its next batch would wait for this one instead of being searched meanwhile.
+        free = [i for i in alive if records[i].runner_futures is None] or alive
+        fresh = [i for i in free if self.sent[i] == 0]
         if fresh:
             pick = fresh[0]
         else:
             shares = {i: self.share(i) for i in alive}
             sent, total = sum(self.sent[i] for i in alive), sum(shares.values())
-            pick = max(alive, key=lambda i: (shares[i] / total * sent - self.sent[i], -i))
+            pick = max(free, key=lambda i: (shares[i] / total * sent - self.sent[i], -i))
         if records[pick].runner_futures is not None:
-            # Still measuring (an RPC runner answers later): MetaSchedule refuses to send it again unjoined.
+            # MetaSchedule refuses to send a task again unjoined.
             scheduler.join_running_task(pick)
         self.sent[pick] += 1
         return pick

@@ -3,9 +3,10 @@
 For each budget: realise it as a core set, open that budget's slot in the store, and run
 MetaSchedule's evolutionary search (`resaware.search`, in resaware's weighted task order) with a
 builder pool and a measuring worker confined to the budget's cores. The tuner searches and builds on
-those cores and on any no measuring worker has; MetaSchedule waits for its runner, so nothing of the
-tuner's runs while it measures. With `concurrency` k > 1 the budget's tasks are sharded across k
-client processes, each on its own partition (`resaware.clients`).
+those cores and on any no measuring worker has; while a batch is timed it keeps off the measuring
+cores, searching and building the next batch on the others if it has any, else waiting
+(`measure.TunerCores`). With `concurrency` k > 1 the budget's tasks are sharded across k client
+processes, each on its own partition (`resaware.clients`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Tuning really measures, keeps every record, and resumes where it stopped."""
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,7 +11,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 import resaware
-from resaware import ResawareError, clients, exchange, hardware
+from resaware import ResawareError, clients, confine, exchange, hardware
 from resaware.measure import ConfinedRunner, Timing, _measure_one
 from resaware.search import OPEN_BATCH, UNLIMITED, WeightedScheduler
 from resaware.store import Store
@@ -27,7 +28,7 @@ def test_two_budgets_two_slots_with_exact_trials(small_store):
     assert [b.budget for b in report.budgets] == ["50%", "100%"]
     half, full = report.budgets
     # One client each, measuring on the budget's cores (as seen from inside its worker); search and
-    # builds use every core, since MetaSchedule waits for the runner.
+    # builds use every core (at 50 %, the other one alone while a batch is timed there).
     assert half.cores == [1] and half.concurrency == 1 and half.clients[0].worker_cores == [1]
     assert full.cores == [0, 1] and full.clients[0].worker_cores == [0, 1]
     assert half.clients[0].tuner_cores == full.clients[0].tuner_cores == [0, 1]
@@ -138,6 +139,25 @@ def test_time_limit_stops_early(small_model, tmp_path):
     report = resaware.tune(small_model, "100%", trials=40, store=tmp_path, time_limit=1, progress=False)
     result = report.budgets[0]
     assert result.stopped_by == "time" and 0 < result.trials_total < 40
+
+
+@two_cores
+def test_at_the_time_limit_the_batch_timed_in_the_background_is_kept(small_model, tmp_path, monkeypatch):
+    """At 50 % the tuner searches and builds the next batch while one is timed on the other core: it
+    waits for its runner less than the runner measures, and when time runs out the batch still being
+    timed is waited for, stored, and its built candidates removed."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the build workers' artifacts, apart from any other run's
+    masks = confine.thread_masks()[os.getpid()]
+    report = resaware.tune(small_model, "50%", trials=None, store=tmp_path / "store", time_limit=15, progress=False)
+    result = report.budgets[0]
+    assert result.stopped_by == "time" and len(result.history) >= 2
+    assert len(result.tasks) >= 2  # so that the next batch is another task's, searched while this one is timed
+    client = result.clients[0]
+    assert client.cores == [1] and client.tuner_cores == [0, 1]
+    assert 0 < client.phases["run"] < client.measuring_s
+    assert result.history[-1][1] == result.trials_total == client.trials
+    assert not list((tmp_path / "resaware-artifacts").glob("*"))  # no batch was dropped unjoined
+    assert confine.thread_masks()[os.getpid()] == masks
 
 
 def test_report_json_and_table(small_store):
