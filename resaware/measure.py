@@ -318,19 +318,13 @@ class ConfinedRunner(PyRunner):
             except BaseException:
                 self._batch_over()
                 raise
-            left, lock = [len(futures)], threading.Lock()
 
             def finished(_: Future) -> None:
-                # The pool's thread calls this, or this thread for a job already done when it registers.
-                with lock:
-                    left[0] -= 1
-                    last = left[0] == 0
-                if last:
-                    self.measuring_s += time.monotonic() - began
-                    self._batch_over()
+                self.measuring_s += time.monotonic() - began
+                self._batch_over()
 
-            for future in futures:
-                future.add_done_callback(finished)
+            # The pool's one worker takes its jobs in order (and `close` cancels the rest), so the last is done last.
+            futures[-1].add_done_callback(finished)
         return [PendingRun(future, self.timing.timeout_s) for future in futures]
 
     def _batch_over(self) -> None:
