@@ -49,8 +49,9 @@ def _target_args(p):
 
 
 def _layout_arg(p):
-    p.add_argument("--layout", default="auto", choices=("auto", "NCHW", "NHWC"),
-                   help="the convolutions' layout (default auto: NHWC on CPU, NCHW on CUDA; compile: the records')")  # fmt: skip
+    p.add_argument("--layout", default="auto", choices=("auto", "NCHW", "NHWC", "NHWC-winograd"),
+                   help="the convolutions' layout (default auto: NHWC on CPU, NCHW on CUDA; NHWC-winograd: "
+                        "NHWC with 3x3 stride-1 ones as Winograd, CPU only; compile: the records')")  # fmt: skip
 
 
 def _store_arg(p):

@@ -56,8 +56,9 @@ def default_schedule(task: Task, target, cost_model, seed: int, samples: int = 1
 def lower_as_tuned(model, target, slot: Slot | None):
     """The model lowered for `target`, its tasks, and their layout (`tasks.lower`). On CPU a model whose
     layout is `auto` (NHWC there) is lowered as imported too when the slot lacks records of some NHWC
-    kernels, and takes whichever layout's kernels the slot's records cover more FLOPs of: so a store
-    tuned before NHWC became the CPU default still compiles from its records."""
+    kernels (and in NHWC-winograd when the slot holds Winograd kernels), and takes whichever lowering's
+    kernels the slot's records cover most FLOPs of: so a store tuned in another layout (or before NHWC
+    became the CPU default) still compiles from its records."""
     lowered, layout = lower(model, target)
     tasks = extract(model, target, lowered)
     if model.layout != "auto" or slot is None or layout != "NHWC":
@@ -69,12 +70,19 @@ def lower_as_tuned(model, target, slot: Slot | None):
 
     if all(_has_record(stats, t) for t in tasks):
         return lowered, tasks, layout
-    imported, _ = lower(model, target, "NCHW")
-    imported_tasks = extract(model, target, imported)
-    if covered(imported_tasks) > covered(tasks):
-        _say("the store's records are of NCHW convolutions (auto is NHWC on CPU): compiling in NCHW")
-        return imported, imported_tasks, "NCHW"
-    return lowered, tasks, layout
+    best = (covered(tasks), lowered, tasks, layout)
+    # Lowering in Winograd builds every weight transform: only worth it if the slot has such kernels.
+    winograd = any("winograd" in entry.get("name", "") for entry in slot.task_names().values())
+    for other in ("NHWC-winograd", "NCHW")[0 if winograd else 1 :]:
+        mod, really = lower(model, target, other)
+        if really != other:
+            continue
+        other_tasks = extract(model, target, mod)
+        if covered(other_tasks) > best[0]:
+            best = (covered(other_tasks), mod, other_tasks, other)
+    if best[3] != layout:
+        _say(f"the store's records are of {best[3]} convolutions (auto is NHWC on CPU): compiling in {best[3]}")
+    return best[1:]
 
 
 def _records(slot: Slot | None, tasks: list[Task]):

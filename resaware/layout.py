@@ -9,6 +9,9 @@ The conversion is Relax's own `ConvertLayout`; the weights' transposes fold into
 imports it refuses are first rewritten into what they compute at inference: Dropout (a tuple output)
 becomes its input, and ONNX Sum (imported as broadcast_to + stack + sum, one rank up) becomes adds.
 A model whose NHWC conversion or lowering still fails is lowered as imported, and says so.
+
+`NHWC-winograd` (CPU, opt-in) is NHWC with its 3x3 stride-1 convolutions lowered as Winograd
+(`resaware.winograd`): fewer multiply-adds, but kernels that take longer to search and build.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wild
 
 from .errors import ResawareError, last_line
 
-LAYOUTS = ("auto", "NCHW", "NHWC")
+LAYOUTS = ("auto", "NCHW", "NHWC", "NHWC-winograd")
 _NHWC = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
@@ -35,7 +38,9 @@ def check(layout: str) -> str:
 
 def resolve(layout: str, target) -> str:
     """The layout `auto` stands for on `target` (a tvm Target); an explicit layout as given."""
-    if check(layout) != "auto":
+    if check(layout) == "NHWC-winograd" and str(target.kind.name) != "llvm":
+        raise ResawareError("layout NHWC-winograd is for CPU (llvm) targets: use NCHW or NHWC on CUDA")
+    if layout != "auto":
         return layout
     return "NHWC" if str(target.kind.name) == "llvm" else "NCHW"
 
@@ -83,8 +88,9 @@ def _inference_form(func: relax.Function) -> relax.Function:
 
 
 def convert(mod: tvm.IRModule, layout: str) -> tuple[tvm.IRModule, str | None]:
-    """`mod` with its convolutions in `layout` ("NCHW" or "NHWC"), and the layout they are really in:
-    as imported (NCHW) when asked for NCHW or when the conversion fails; None if there is no convolution."""
+    """`mod` with its convolutions in `layout` ("NCHW", "NHWC" or "NHWC-winograd", whose data is NHWC
+    too), and the layout they are really in: as imported (NCHW) when asked for NCHW or when the
+    conversion fails; None if there is no convolution."""
     if not has_conv2d(mod):
         return mod, None
     if layout == "NCHW":
@@ -95,7 +101,7 @@ def convert(mod: tvm.IRModule, layout: str) -> tuple[tvm.IRModule, str | None]:
             updated[gv] = _inference_form(func)
     try:
         updated = relax.transform.DeadCodeElimination()(updated)
-        return relax.transform.ConvertLayout(_NHWC)(updated), "NHWC"
+        return relax.transform.ConvertLayout(_NHWC)(updated), layout
     except Exception as error:  # an operator ConvertLayout cannot carry the layout through: stay as imported
         unconverted(error)
         return mod, "NCHW"

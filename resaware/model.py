@@ -193,7 +193,7 @@ def _identifier_inputs(proto) -> tuple[onnx.ModelProto, dict[str, str]]:
 def load_onnx(path_or_proto, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None,
               layout: str = "auto") -> Model:  # fmt: skip
     """Import an ONNX file, `zoo:NAME` or ModelProto; `shapes` maps input names to full shapes; `layout`
-    is the convolutions' layout to tune and compile in (auto, NCHW or NHWC; `resaware.layout`)."""
+    is the convolutions' layout to tune and compile in (auto, NCHW, NHWC or NHWC-winograd; `resaware.layout`)."""
     from tvm.relax.frontend.onnx import from_onnx
 
     from .layout import check

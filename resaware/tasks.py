@@ -9,7 +9,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from . import confine, hardware, intrinsics
+from . import confine, hardware, intrinsics, winograd
 from .budget import Budget
 from .errors import ResawareError
 from .layout import convert, unconverted
@@ -40,21 +40,25 @@ def lower(model: Model, target, layout: str | None = None) -> tuple[tvm.IRModule
     Without legalisation and fusion there are no TIR kernels, so nothing to extract or tune.
     """
     mod, layout = convert(model.mod, resolve_layout(layout or model.layout, target))
-    passes = tvm.transform.Sequential(
-        [
-            relax.transform.DecomposeOpsForInference(),
-            relax.transform.CanonicalizeBindings(),
-            relax.get_pipeline("zero"),
-        ]
-    )
+
+    def passes(layout):
+        return tvm.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                *([winograd.legalize()] if layout == "NHWC-winograd" else []),
+                relax.get_pipeline("zero"),
+            ]
+        )
+
     with target:
         try:
-            return passes(mod), layout
+            return passes(layout)(mod), layout
         except Exception as error:
-            if layout != "NHWC":
+            if layout not in ("NHWC", "NHWC-winograd"):
                 raise
             unconverted(error)  # a pass that cannot handle the converted module: lower it as imported
-            return passes(model.mod), "NCHW"
+            return passes("NCHW")(model.mod), "NCHW"
 
 
 def _flops(mod: tvm.IRModule) -> float:

@@ -418,7 +418,7 @@ def tune(model, budgets, trials: int | None = None, store=None, seed: int = 0, t
     budget, and stored under the servers' hardware. Reruns tune only the remainder. With `warm_start`,
     a budget tuned for the first time starts from the nearest tuned budget's cost model and best
     schedules (`resaware.transfer`; CPU budgets). `layout` sets the convolutions' layout (auto, NCHW,
-    NHWC; default: the model's, auto unless it was loaded with another; `resaware.layout`).
+    NHWC, NHWC-winograd; default: the model's, auto unless it was loaded with another; `resaware.layout`).
 
     `target="cuda"` tunes the GPU here by rounds of build, measure (each budget an MPS client) and fold,
     and returns the records each budget holds (`candidates.tune`; `time_limit`, `concurrency`, `tracker`
