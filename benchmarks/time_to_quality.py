@@ -101,7 +101,7 @@ def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float],
         for _, mark, done in r["marks"]:
             final = mark == r["wall_s"]
             store = Path(r["store"]) if final else snapshot(Path(r["store"]), done, snapshots / f"{name}-{mark:g}")
-            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name))
+            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name, args.layout))
             error = add((name, mark, done), compiled)
             r["max_rel_error"] = max(error, r.get("max_rel_error", 0.0))
     trips = {key: [] for key in timers}
@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--at", default="5,10,15,30,60,120", help="minutes at which modules are compiled and timed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--contestants", default="expert,resaware", help=f"from {', '.join(CONTESTANTS)}")
+    parser.add_argument("--layout", default="auto", help="resaware's convolution layout (stock tunes NCHW)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per module and round (at least 1 s)")
     # float32 sums in another order: a partly tuned ResNet-50 differed by 1.0e-4 after its 53 convolutions.
@@ -208,6 +209,7 @@ def main() -> None:
             "onnxruntime_ms": lines_ms[ORT], "untuned_ms": lines_ms[UNTUNED], "contestants": results, "round_trip_ns": trips,
             "cpu": hardware.detect().describe(), "tvm": tvm.__version__}  # fmt: skip
     stem = result_name("time_to_quality", args.model, args.budget)
+    stem += "" if args.layout == "auto" else f"-{args.layout.lower()}"
     write(out, stem, data, text, "python " + " ".join(sys.argv))
     series = {}
     for r in results.values():

@@ -165,7 +165,7 @@ def _stock_work_dir(store: str, share) -> str:
 
 
 def run_child(args) -> None:
-    model = resaware.load_onnx(args.model)
+    model = resaware.load_onnx(args.model, layout=args.layout if args.child.startswith("resaware") else "auto")
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
     with open(args.stream, "a") as stream, ms.Profiler() as profiler:
         if args.child.startswith("resaware"):
@@ -180,10 +180,10 @@ def run_child(args) -> None:
 # ---------------------------------------------------------------- parent: the race
 
 
-def compile_layout(name: str) -> str | None:
+def compile_layout(name: str, layout: str = "auto") -> str:
     """The layout to compile contestant `name`'s records in: stock tuned the model as imported (so its
-    kernels without records get NCHW defaults too), resaware in its default."""
-    return None if name.startswith("resaware") else "NCHW"
+    kernels without records get NCHW defaults too), resaware in the one it tuned in (`--layout`)."""
+    return layout if name.startswith("resaware") else "NCHW"
 
 
 def _settings(args, cap: float, name: str) -> dict:
@@ -192,7 +192,7 @@ def _settings(args, cap: float, name: str) -> dict:
     # (at budgets under 100 %), after runs kept from before them: those are not reused or resumed.
     if not name.startswith("resaware"):
         return settings
-    settings = {**settings, "layout": "auto", "caches": "flushed"}
+    settings = {**settings, "layout": args.layout, "caches": "flushed"}
     return {**settings, "measuring": "background"} if Budget.parse(args.budget).fraction < 1 else settings
 
 
@@ -263,7 +263,7 @@ def race_one(name: str, args, work: Path, cap: float) -> dict:
             f.write(json.dumps({"settings": settings}) + "\n")
         argv = [sys.executable, __file__, "--child", name, "--model", args.model, "--budget", args.budget,
                 "--trials", str(args.trials), "--seed", str(args.seed), "--cap", str(cap - offset),
-                "--store", str(store), "--stream", str(stream)]  # fmt: skip
+                "--store", str(store), "--stream", str(stream), "--layout", args.layout]  # fmt: skip
         resumed = f", going on from {offset:.0f} s" if offset else ""
         print(f"{CONTESTANTS[name]}: tuning{resumed} (MetaSchedule's log: {log_path})", flush=True)
         start = time.monotonic()
@@ -341,7 +341,7 @@ def score(results: dict[str, dict], args, work: Path) -> None:
             store = (
                 Path(r["store"]) if final else snapshot(Path(r["store"]), done, work / "snapshots" / f"{name}-{done}")
             )
-            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name))
+            compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name, args.layout))
             modules[name, seconds, done] = compiled.export(work / "snapshots" / f"{name}-{done}.so")
             if final:
                 r["max_rel_error"] = rel_error(compiled(*inputs), expected)
@@ -423,6 +423,7 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=900.0, help="wall seconds per contestant")
     parser.add_argument("--defaults-cap", type=float, default=300.0, help="wall seconds for the stock defaults")
     parser.add_argument("--contestants", help="default: defaults,expert,resaware (--quick: expert,resaware)")
+    parser.add_argument("--layout", default="auto", help="resaware's convolution layout (stock tunes NCHW)")
     parser.add_argument("--checkpoints", type=int, default=6, help="modules timed per contestant's run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per module and round (at least 1 s)")
