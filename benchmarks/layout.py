@@ -1,8 +1,10 @@
 """Convolution layout: the model as imported (NCHW) against its convolutions in NHWC (resaware's
-default on CPU, `resaware.layout`), each tuned by `resaware.tune` for the same minutes at one budget,
-compiled from its own store and timed with ONNX Runtime in interleaved rounds.
+default on CPU, `resaware.layout`) or in NHWC with its 3x3 ones as Winograd (`--layouts`), each tuned
+by `resaware.tune` for the same minutes at one budget, compiled from its own store and timed with ONNX
+Runtime in interleaved rounds.
 
     python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 10
+    python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 15 --layouts NHWC,NHWC-winograd
     python benchmarks/layout.py --quick
 """
 
@@ -29,8 +31,8 @@ def compare(args, work: Path) -> tuple[dict, dict, object]:
     """Tune, compile and check each layout in `work`, then time both modules and ONNX Runtime in
     interleaved rounds: (median ms by arm, each layout's tuning figures, the budget's CPU share)."""
     share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    models = {layout: resaware.load_onnx(args.model, layout=layout) for layout in ("NCHW", "NHWC")}
-    first = models["NCHW"]
+    models = {layout: resaware.load_onnx(args.model, layout=layout) for layout in args.layouts.split(",")}
+    first = next(iter(models.values()))
     inputs, specs = first.random_inputs(0), [s.to_json() for s in first.inputs]
     expected = reference.outputs(first, inputs)
     arms, timers = {}, {}
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:squeezenet")
     parser.add_argument("--budget", default="50%")
     parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
+    parser.add_argument("--layouts", default="NCHW,NHWC", help="the layouts to compare (`resaware.layout`)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     add_output_args(parser)
@@ -70,12 +73,12 @@ def main() -> None:
         medians, arms, share = compare(args, Path(work))
     lines = [
         f"layout: {args.model} at {args.budget} ({share.count} cores), {args.minutes:g} min of resaware.tune per layout",
-        f"{'layout':<8} {'tasks':>5} {'trials':>6} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
+        f"{'layout':<13} {'tasks':>5} {'trials':>6} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
     ]
     for layout, arm in arms.items():
         arm["latency_ms"] = medians[layout]
         estimate = f"{arm['estimate_ms']:.2f}" if arm["estimate_ms"] else "-"
-        lines.append(f"{layout:<8} {arm['tasks']:>5} {arm['trials']:>6} {estimate:>9} {medians[layout]:>9.2f} "
+        lines.append(f"{layout:<13} {arm['tasks']:>5} {arm['trials']:>6} {estimate:>9} {medians[layout]:>9.2f} "
                      f"{medians[layout] / medians[ORT]:>5.2f}x")  # fmt: skip
     lines.append(f"{ORT}: {medians[ORT]:.2f} ms; median of {args.rounds} interleaved rounds; ms")
     table = "\n".join(lines)
@@ -83,7 +86,10 @@ def main() -> None:
     command = "python benchmarks/layout.py " + " ".join(sys.argv[1:])
     data = {"model": args.model, "budget": args.budget, "cores": share.count, "minutes": args.minutes,
             "onnxruntime_ms": medians[ORT], "layouts": arms}  # fmt: skip
-    write(out, result_name("layout", args.model, args.budget), data, table, command)
+    name = result_name("layout", args.model, args.budget)
+    if args.layouts != "NCHW,NHWC":  # the default's files keep their name
+        name += "-" + args.layouts.lower().replace(",", "-")
+    write(out, name, data, table, command)
 
 
 if __name__ == "__main__":
