@@ -51,6 +51,18 @@ def _transformed_weight(weight: te.Tensor) -> te.Tensor:
     )
 
 
+def _tile_transform(tiles: te.Tensor, matrix: te.Tensor, size: int, name: str) -> te.Tensor:
+    """matrix^T t matrix for every tile t (the first two axes of `tiles`) and channel: the input transform
+    (`data_pack`, B) or the output one (`inverse`, A), each with TVM's MetaSchedule rule for it on CPU."""
+    ra, rb = te.reduce_axis((0, tiles.shape[0]), "r_a"), te.reduce_axis((0, tiles.shape[1]), "r_b")
+    return te.compute(
+        (size, size, tiles.shape[2], tiles.shape[3]),
+        lambda i, j, p, c: te.sum(tiles[ra, rb, p, c] * matrix[ra, i] * matrix[rb, j], axis=[ra, rb]),
+        name=name,
+        attrs={"schedule_rule": f"conv2d_nhwc_winograd_{name}"},
+    )
+
+
 def _conv(data: te.Tensor, packed: te.Tensor, padding: tuple[int, int, int, int]) -> te.Tensor:
     """The convolution of NHWC `data` with weights already transformed (`_transformed_weight`).
 
@@ -73,21 +85,12 @@ def _conv(data: te.Tensor, packed: te.Tensor, padding: tuple[int, int, int, int]
         attrs={"schedule_rule": "None"},
     )
 
-    def tile_origin(p):
-        return p // (tiles_h * tiles_w), (p // tiles_w) % tiles_h * TILE, p % tiles_w * TILE
-
-    def read_tile(eps, nu, p, c):
-        img, y, x = tile_origin(p)
+    def read_tile(eps, nu, p, c):  # tile p's input at (eps, nu): tiles run along images, rows, columns
+        img, y, x = p // (tiles_h * tiles_w), p // tiles_w % tiles_h * TILE, p % tiles_w * TILE
         return data_pad[img, y + eps, x + nu, c]
 
     input_tile = te.compute((alpha, alpha, tiles, ci), read_tile, name="input_tile", attrs={"schedule_rule": "None"})
-    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    data_pack = te.compute(
-        (alpha, alpha, tiles, ci),
-        lambda eps, nu, p, c: te.sum(input_tile[ra, rb, p, c] * b[ra, eps] * b[rb, nu], axis=[ra, rb]),
-        name="data_pack",
-        attrs={"schedule_rule": "conv2d_nhwc_winograd_data_pack"},
-    )
+    data_pack = _tile_transform(input_tile, b, alpha, "data_pack")
     rc = te.reduce_axis((0, ci), "rc")
     bgemm = te.compute(
         (alpha, alpha, tiles, co),
@@ -95,13 +98,7 @@ def _conv(data: te.Tensor, packed: te.Tensor, padding: tuple[int, int, int, int]
         name="bgemm",
         attrs={"meta_schedule.write_cache_level": [2]},
     )
-    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    inverse = te.compute(
-        (TILE, TILE, tiles, co),
-        lambda vh, vw, p, o: te.sum(bgemm[ra, rb, p, o] * a[ra, vh] * a[rb, vw], axis=[ra, rb]),
-        name="inverse",
-        attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"},
-    )
+    inverse = _tile_transform(bgemm, a, TILE, "inverse")
     return te.compute(
         (n, out_h, out_w, co),
         lambda i, y, x, o: inverse[y % TILE, x % TILE, i * tiles_h * tiles_w + y // TILE * tiles_w + x // TILE, o],
