@@ -73,13 +73,13 @@ def lower_as_tuned(model, target, slot: Slot | None):
     best = (covered(tasks), lowered, tasks, layout)
     # Lowering in Winograd builds every weight transform: only worth it if the slot has such kernels.
     winograd = any("winograd" in entry.get("name", "") for entry in slot.task_names().values())
-    for other in ("NHWC-winograd", "NCHW")[0 if winograd else 1 :]:
+    for other in ["NHWC-winograd", "NCHW"] if winograd else ["NCHW"]:
         mod, really = lower(model, target, other)
         if really != other:
             continue
         other_tasks = extract(model, target, mod)
-        if covered(other_tasks) > best[0]:
-            best = (covered(other_tasks), mod, other_tasks, other)
+        if (amount := covered(other_tasks)) > best[0]:
+            best = (amount, mod, other_tasks, other)
     if best[3] != layout:
         _say(f"the store's records are of {best[3]} convolutions (auto is NHWC on CPU): compiling in {best[3]}")
     return best[1:]
