@@ -14,6 +14,21 @@ from onnx import TensorProto, helper, numpy_helper
 import resaware
 
 
+def save_model(path, name: str, nodes, inputs: dict, outputs: dict, inits=(), opset=13, ir_version=8) -> str:
+    """Save the float32 graph `name` of `nodes`; `inputs` and `outputs` map names to shapes (None: unknown)."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in outputs.items()],
+        list(inits),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    onnx.save(model, path)
+    return str(path)
+
+
 def make_small_model(path, batch="N") -> str:
     """Conv -> Relu -> global pool -> Gemm: every output depends on the input."""
     rng = np.random.default_rng(42)
@@ -30,17 +45,7 @@ def make_small_model(path, batch="N") -> str:
         helper.make_node("Flatten", ["p"], ["f"]),
         helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "small",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return str(path)
+    return save_model(path, "small", nodes, {"x": [batch, 3, 16, 16]}, {"y": None}, inits)
 
 
 def make_unsupported_model(path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import reference, relative_error, run_cli
+from conftest import reference, relative_error, run_cli, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 import resaware
@@ -35,17 +35,9 @@ def make_residual_model(path) -> str:
         helper.make_node("Sum", ["r1", "c2", "shift"], ["s"]),  # the third input broadcasts
         helper.make_node("Relu", ["s"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "residual",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])],
-        inits,
+    return save_model(
+        path, "residual", nodes, {"x": [1, 3, 12, 12]}, {"y": [1, 8, 12, 12]}, inits, opset=11, ir_version=6
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 6
-    onnx.save(model, path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

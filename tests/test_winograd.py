@@ -4,10 +4,9 @@ stay ONNX Runtime's, the weights' transform folds away, and a store tuned so com
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from conftest import reference, relative_error
-from onnx import TensorProto, helper, numpy_helper
+from conftest import reference, relative_error, save_model
+from onnx import helper, numpy_helper
 
 import resaware
 from resaware import hardware, intrinsics
@@ -31,18 +30,8 @@ def mixed_path(tmp_path_factory):
         helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Conv", ["c2", "w3"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "mixed",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 5])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
     path = tmp_path_factory.mktemp("winograd") / "mixed.onnx"
-    onnx.save(model, path)
-    return str(path)
+    return save_model(path, "mixed", nodes, {"x": [2, 3, 10, 10]}, {"y": [2, 4, 5, 5]}, inits)
 
 
 def test_only_3x3_stride_1_convolutions_become_winograd_and_the_outputs_stay(mixed_path, tmp_path):
