@@ -18,7 +18,8 @@ _PACKAGE = "tvm.s_tir.tensor_intrin"
 
 
 def register(kind: str = "llvm") -> None:
-    """Make `tvm.s_tir.tensor_intrin` cheap to import, with the intrinsics `kind` may tensorise with."""
+    """Make `tvm.s_tir.tensor_intrin` cheap to import, with the intrinsics `kind` may tensorise with, and
+    register resaware's own schedule rules for it (`resaware.winograd`'s on CPU)."""
     if _PACKAGE not in sys.modules:
         spec = importlib.util.find_spec(_PACKAGE)
         package = types.ModuleType(_PACKAGE, "Tensor intrinsics, registered per target family by resaware.")
@@ -35,3 +36,5 @@ def register(kind: str = "llvm") -> None:
         families = ["x86"]
     for family in families:
         importlib.import_module(f"{_PACKAGE}.{family}")
+    if kind != "cuda":
+        from . import winograd  # noqa: F401  (registers its MetaSchedule rule)
