@@ -11,7 +11,8 @@ becomes its input, and ONNX Sum (imported as broadcast_to + stack + sum, one ran
 A model whose NHWC conversion or lowering still fails is lowered as imported, and says so.
 
 `NHWC-winograd` (CPU, opt-in) is NHWC with its 3x3 stride-1 convolutions lowered as Winograd
-(`resaware.winograd`): fewer multiply-adds, but kernels that take longer to search and build.
+(`resaware.winograd`): about a quarter of their multiply-adds, in kernels that take about twice as long to
+build and to search as direct ones.
 """
 
 from __future__ import annotations
