@@ -53,12 +53,15 @@ def lower(model: Model, target, layout: str | None = None) -> tuple[tvm.IRModule
 
     with target:
         try:
-            return passes(layout)(mod), layout
+            lowered = passes(layout)(mod)
         except Exception as error:
             if layout not in ("NHWC", "NHWC-winograd"):
                 raise
             unconverted(error)  # a pass that cannot handle the converted module: lower it as imported
             return passes("NCHW")(model.mod), "NCHW"
+    if layout == "NHWC-winograd" and not any("winograd" in gv.name_hint for gv in lowered.functions):
+        layout = "NHWC"  # no convolution Winograd computes: the kernels are NHWC's
+    return lowered, layout
 
 
 def _flops(mod: tvm.IRModule) -> float:

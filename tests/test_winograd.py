@@ -45,6 +45,8 @@ def test_only_3x3_stride_1_convolutions_become_winograd_and_the_outputs_stay(mix
     assert sum(k.startswith("conv2d") or k.startswith("fused_conv2d") for k in kernels) == 3
     direct = lower(model, hardware.llvm_target(1), "NHWC")[0]
     assert not any("winograd" in gv.name_hint for gv in direct.functions)
+    # Asked of a model whose 3x3 convolutions are all grouped or strided, it lowers (and says) NHWC.
+    assert lower(resaware.load_onnx("zoo:shufflenet", layout="NHWC-winograd"), hardware.llvm_target(1))[1] == "NHWC"
     (x,) = model.random_inputs(2)
     compiled = resaware.compile(model, "50%", store=tmp_path)  # untuned: design-space samples
     assert compiled.info["layout"] == "NHWC-winograd"
