@@ -125,6 +125,14 @@ def round_trip_ns(a: int, b: int, trips: int = 20000) -> float:
     return elapsed / trips * 1e9
 
 
+def probed(timer, trips: list[float], cores: list[int]):
+    """Call `timer`, then append to `trips` how far apart the host has put two of `cores` (the state the
+    timing ran in, `round_trip_ns`); its result."""
+    result = timer()
+    trips.append(round_trip_ns(*cores[:2]))
+    return result
+
+
 def read_slow(trips: list[float]) -> list[bool] | None:
     """Which probes read slow: over 1.5x the fastest, where the probes differ by that much at all (None
     where they do not: one state throughout, and the probes alone cannot tell which)."""

@@ -41,7 +41,7 @@ import tvm
 from tuning_speed import CONTESTANTS, compile_layout, race_one, snapshot
 
 import resaware
-from common import add_output_args, output_dir, read_slow, result_name, round_trip_ns, write
+from common import add_output_args, output_dir, probed, read_slow, result_name, write
 from resaware import confine, hardware, reference
 from resaware.bench import interleaved, rel_error
 from resaware.budget import Budget
@@ -63,13 +63,6 @@ def marks(
             before = [p for p in curve if p[0] <= m * 60]
             points.append((m, m * 60, before[-1][1] if before else 0))
     return [*points, (cap_s / 60, wall_s, trials)]
-
-
-def _probed(timer, trips: list, cores: list[int]):
-    """Time, then note how far apart the host has put two of the cores: the state the timing ran in."""
-    result = timer()
-    trips.append(round_trip_ns(*cores[:2]))
-    return result
 
 
 def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -108,7 +101,7 @@ def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float],
     if share.count > 1:
         # At two threads a kernel reads what the other core just wrote; how much that costs depends on
         # where the host put the vCPUs, which can change from one timing to the next.
-        timers = {key: functools.partial(_probed, timer, trips[key], share.cores) for key, timer in timers.items()}
+        timers = {key: functools.partial(probed, timer, trips[key], share.cores) for key, timer in timers.items()}
     print(f"timing {len(timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
     samples = {
         key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()

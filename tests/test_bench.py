@@ -334,3 +334,22 @@ def test_kernel_context_script_quick(tmp_path, squeezenet_store):
     two = cores > 1
     assert len(data["round_trip_ns"]) == (2 if two else 0) and all(ns > 0 for ns in data["round_trip_ns"])
     assert len(data["watch"]) == (2 if two else 0) and all(ns > 0 and ms > 0 for ns, ms in data["watch"])
+
+
+def test_retime_script_quick(tmp_path):
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    paths = {}
+    for layout in ("NCHW", "NHWC"):
+        compiled = resaware.compile(resaware.load_onnx(model, layout=layout), "50%", store=tmp_path / "empty")
+        paths[layout] = compiled.export(tmp_path / f"{layout}.so")
+    modules = [f"{label}={path}" for label, path in paths.items()]
+    done = _script("retime.py", "--out", tmp_path, "--model", model, "--budget", "50%", *modules)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    data = json.loads((tmp_path / "retime-two_convs-50pct-nchw-nhwc.json").read_text())
+    arms = data["arms"]
+    assert list(arms) == ["NCHW", "NHWC", "ONNX Runtime"] and arms["ONNX Runtime"]["median_ms"] > 0
+    for layout in ("NCHW", "NHWC"):
+        # Each module is the one given (its own layout), checked against ONNX Runtime, then timed.
+        assert arms[layout]["layout"] == layout and arms[layout]["max_rel_error"] < 1e-4
+        assert arms[layout]["median_ms"] > 0 and len(arms[layout]["rounds_ms"]) == 1
+    assert "NHWC" in (tmp_path / "retime-two_convs-50pct-nchw-nhwc.md").read_text()
