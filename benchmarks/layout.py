@@ -1,10 +1,11 @@
 """Convolution layout: the model as imported (NCHW) against its convolutions in NHWC (resaware's
 default on CPU, `resaware.layout`) or in NHWC with its 3x3 ones as Winograd (`--layouts`), each tuned
-by `resaware.tune` for the same minutes at one budget, compiled from its own store and timed with ONNX
-Runtime in interleaved rounds.
+by `resaware.tune` for the same minutes (or `--trials`) at one budget, compiled from its own store and
+timed with ONNX Runtime in interleaved rounds.
 
     python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 10
     python benchmarks/layout.py --model zoo:squeezenet --budget 50% --minutes 15 --layouts NHWC,NHWC-winograd
+    python benchmarks/layout.py --model zoo:squeezenet --budget 50% --trials 128 --layouts NHWC,NHWC-winograd
     python benchmarks/layout.py --quick
 """
 
@@ -38,7 +39,10 @@ def compare(args, work: Path) -> tuple[dict, dict, object]:
     arms, timers = {}, {}
     for layout, model in models.items():
         store = work / layout
-        tuned = resaware.tune(model, [args.budget], time_limit=args.minutes * 60, store=store, progress=False)
+        if args.trials:
+            tuned = resaware.tune(model, [args.budget], args.trials, store=store, progress=False)
+        else:
+            tuned = resaware.tune(model, [args.budget], time_limit=args.minutes * 60, store=store, progress=False)
         result = tuned.budgets[0]
         compiled = resaware.compile(model, args.budget, store=store)
         arms[layout] = {
@@ -61,6 +65,7 @@ def main() -> None:
     parser.add_argument("--model", default="zoo:squeezenet")
     parser.add_argument("--budget", default="50%")
     parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
+    parser.add_argument("--trials", type=int, help="tune each layout for this many trials instead of --minutes")
     parser.add_argument("--layouts", default="NCHW,NHWC", help="the layouts to compare (`resaware.layout`)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
@@ -72,23 +77,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="resaware-layout-") as work:  # stores and modules: scratch
         medians, arms, share = compare(args, Path(work))
     lines = [
-        f"layout: {args.model} at {args.budget} ({share.count} cores), {args.minutes:g} min of resaware.tune per layout",
-        f"{'layout':<13} {'tasks':>5} {'trials':>6} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
+        f"layout: {args.model} at {args.budget} ({share.count} cores), "
+        + (f"{args.trials} trials" if args.trials else f"{args.minutes:g} min")
+        + " of resaware.tune per layout",
+        f"{'layout':<13} {'tasks':>5} {'trials':>6} {'tuned s':>7} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
     ]
     for layout, arm in arms.items():
         arm["latency_ms"] = medians[layout]
         estimate = f"{arm['estimate_ms']:.2f}" if arm["estimate_ms"] else "-"
-        lines.append(f"{layout:<13} {arm['tasks']:>5} {arm['trials']:>6} {estimate:>9} {medians[layout]:>9.2f} "
+        lines.append(f"{layout:<13} {arm['tasks']:>5} {arm['trials']:>6} {arm['wall_s']:>7.0f} {estimate:>9} {medians[layout]:>9.2f} "
                      f"{medians[layout] / medians[ORT]:>5.2f}x")  # fmt: skip
     lines.append(f"{ORT}: {medians[ORT]:.2f} ms; median of {args.rounds} interleaved rounds; ms")
     table = "\n".join(lines)
     print(table)
     command = "python benchmarks/layout.py " + " ".join(sys.argv[1:])
-    data = {"model": args.model, "budget": args.budget, "cores": share.count, "minutes": args.minutes,
+    data = {"model": args.model, "budget": args.budget, "cores": share.count, "minutes": args.minutes, "trials": args.trials,
             "onnxruntime_ms": medians[ORT], "layouts": arms}  # fmt: skip
     name = result_name("layout", args.model, args.budget)
     if args.layouts != "NCHW,NHWC":  # the default's files keep their name
         name += "-" + args.layouts.lower().replace(",", "-")
+    if args.trials:
+        name += f"-{args.trials}trials"
     write(out, name, data, table, command)
 
 
