@@ -39,10 +39,8 @@ def compare(args, work: Path) -> tuple[dict, dict, object]:
     arms, timers = {}, {}
     for layout, model in models.items():
         store = work / layout
-        if args.trials:
-            tuned = resaware.tune(model, [args.budget], args.trials, store=store, progress=False)
-        else:
-            tuned = resaware.tune(model, [args.budget], time_limit=args.minutes * 60, store=store, progress=False)
+        limit = None if args.trials else args.minutes * 60  # trials=None: tune for the time alone
+        tuned = resaware.tune(model, [args.budget], args.trials, store=store, time_limit=limit, progress=False)
         result = tuned.budgets[0]
         compiled = resaware.compile(model, args.budget, store=store)
         arms[layout] = {
