@@ -1,6 +1,8 @@
 """A budget: the share of one device a model is tuned for and runs with.
 
-A plain value: it imports no TVM and nothing else of resaware's.
+A plain value: it imports no TVM and nothing else of resaware's. On a CPU it reads one thing from the
+machine, which logical cores are SMT siblings (`/sys/devices/system/cpu`), so that partitions take whole
+physical cores where they can.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ import math
 import sys
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+SYSFS_CPU = Path("/sys/devices/system/cpu")
 
 
 class BudgetError(ValueError):
@@ -75,15 +80,18 @@ class Budget:
 
     def cpu(self, usable_cores: list[int] | tuple[int, ...], partition: int = 0) -> CpuShare:
         """The concrete core set of one partition: partition 0 is the highest-numbered cores, 1 the
-        ones below them, and so on (so a lone tuner keeps the low ones)."""
+        ones below them, and so on (so a lone tuner keeps the low ones). With SMT, cores are counted by
+        physical core (`physical_order`): partitions as large as a physical core take whole ones, smaller
+        ones take one thread of each physical core before any takes a second."""
         usable = tuple(sorted(usable_cores))
         n = self.core_count(len(usable))
         if not 0 <= partition < len(usable) // n:
             raise BudgetError(
                 f"budget {self} has partitions 0..{len(usable) // n - 1} on {len(usable)} cores, not {partition}"
             )
+        order = physical_order(usable, whole=n >= max(len(smt_siblings(c) & set(usable)) for c in usable))
         end = len(usable) - partition * n
-        return CpuShare(asked=self, cores=usable[end - n : end], usable=usable)
+        return CpuShare(asked=self, cores=tuple(sorted(order[end - n : end])), usable=usable)
 
     @property
     def mps_clients(self) -> int:
@@ -94,6 +102,41 @@ class Budget:
     def mps_percentage(self) -> int:
         """`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for this budget (1..100)."""
         return max(1, min(100, int(Decimal(repr(self.percent)).quantize(Decimal(1), rounding=ROUND_HALF_UP))))
+
+
+def smt_siblings(core: int) -> frozenset[int]:
+    """The logical cores on `core`'s physical core, itself included (itself alone where the kernel does
+    not say: no sysfs, or no SMT)."""
+    try:
+        text = (SYSFS_CPU / f"cpu{core}" / "topology" / "thread_siblings_list").read_text()
+    except OSError:
+        return frozenset({core})
+    cores = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return frozenset(cores | {core})
+
+
+def physical_order(cores, whole: bool = True) -> tuple[int, ...]:
+    """`cores` in the order partitions are cut from (from the end): `whole`, siblings next to each other,
+    physical cores by their lowest logical number; else each physical core's first thread before any
+    core's second. Without SMT, both are ascending order."""
+    cores = set(cores)
+
+    def key(core: int) -> tuple[int, int]:
+        siblings = sorted(smt_siblings(core) & cores)
+        physical, thread = siblings[0], siblings.index(core)
+        return (physical, thread) if whole else (thread, physical)
+
+    return tuple(sorted(cores, key=key))
+
+
+def apart_from(cores, measuring) -> tuple[int, ...]:
+    """Those of `cores` on no physical core that `measuring` uses: what runs there does not share a
+    core's execution units or L1/L2 with a timing."""
+    busy = set().union(*(smt_siblings(c) for c in measuring))
+    return tuple(c for c in cores if c not in busy)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from . import confine, hardware, intrinsics
+from .budget import apart_from
 from .errors import ResawareError
 from .measure import ConfinedRunner, PooledBuilder, Timing, TunerCores, worker_state
 from .search import UNLIMITED, Progress, _batch_size, open_ended, phases, search_rounds
@@ -264,8 +265,9 @@ def tune_shard(tasks: list[Task], slot: Slot, database, target, cores: tuple[int
         on_batch(task, n, best)
 
     confined = runner is None
-    # With cores of its own besides the measuring ones, the tuner searches and builds there while a batch is timed.
-    lanes = TunerCores(tuner, cores) if confined and set(tuner) - set(cores) else None
+    # With physical cores of its own besides the measuring ones (an SMT sibling would share the timed core's
+    # execution units and caches), the tuner searches and builds there while a batch is timed.
+    lanes = TunerCores(tuner, cores) if confined and apart_from(tuner, cores) else None
     builder = PooledBuilder(tuner, lanes=lanes)
     runner = runner or ConfinedRunner(cores, timing, lanes)
     began = time.time()

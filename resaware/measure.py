@@ -31,6 +31,7 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner, PyRunnerFu
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from . import confine
+from .budget import apart_from
 from .measure_built import FLUSH, cold_samples
 
 ARTIFACT_ROOT = os.path.join(tempfile.gettempdir(), "resaware-artifacts")
@@ -75,8 +76,9 @@ def _enter(cores: tuple[int, ...]) -> None:
 
 
 class TunerCores:
-    """Where the tuner's own work (search, cost model, builds) may run: all of `tuner`, or only those
-    not `measuring` (`aside`) while a batch is timed there in the background.
+    """Where the tuner's own work (search, cost model, builds) may run: all of `tuner`, or only those on
+    other physical cores than `measuring` (`aside`: not even an SMT sibling) while a batch is timed there
+    in the background.
 
     The tuner process's threads are re-pinned when a batch starts and when it ends (threads that TVM
     and XGBoost start later inherit the mask); build workers pin themselves to `now()` per build.
@@ -84,9 +86,11 @@ class TunerCores:
 
     def __init__(self, tuner: tuple[int, ...], measuring: tuple[int, ...]):
         self.tuner = tuple(tuner)
-        self.aside = tuple(c for c in self.tuner if c not in set(measuring))
+        self.aside = apart_from(self.tuner, measuring)
         if not self.aside:
-            raise ValueError(f"the tuner's cores {self.tuner} leave none aside from the measuring cores {measuring}")
+            raise ValueError(
+                f"the tuner's cores {self.tuner} leave no physical core aside from the measuring cores {measuring}"
+            )
         self._lock = threading.Lock()
         self._measuring = False
 

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from resaware import budget
 from resaware.budget import Budget, BudgetError, announce
 
 
@@ -116,3 +117,35 @@ def test_partitions_are_disjoint_and_leave_the_rest_spare():
 
 def test_mps_clients_is_floor_of_one_over_the_fraction():
     assert [Budget(f).mps_clients for f in (1.0, 0.5, 0.3, 0.25, 1 / 3, 0.7)] == [1, 2, 3, 4, 3, 1]
+
+
+def _smt_host(root, siblings: list[str]) -> None:
+    """A sysfs cpu tree whose core i has `siblings[i]` as its thread_siblings_list."""
+    for core, text in enumerate(siblings):
+        topology = root / f"cpu{core}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings_list").write_text(text + "\n")
+
+
+def test_partitions_take_whole_physical_cores_on_an_smt_host(tmp_path, monkeypatch):
+    # Linux numbers SMT siblings apart: 8 logical cores, physical core p holds p and p + 4.
+    _smt_host(tmp_path, [f"{p},{p + 4}" for p in range(4)] * 2)
+    monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path)
+    assert budget.smt_siblings(6) == {2, 6}
+    half = Budget(0.5).cpu(range(8))  # 4 cores: two whole physical cores, not 4-7 (one thread of each)
+    assert half.cores == (2, 3, 6, 7) and [p.cores for p in half.partitions(2)] == [(2, 3, 6, 7), (0, 1, 4, 5)]
+    assert half.spare(1) == (0, 1, 4, 5) and half.key == "cpu-4of8"
+    # Smaller than a physical core: each partition on a physical core of its own while there are enough.
+    one = Budget(1 / 8).cpu(range(8))
+    assert [p.cores for p in one.partitions(4)] == [(7,), (6,), (5,), (4,)]
+    # The tuner's work goes nowhere near a timed core's sibling.
+    assert budget.apart_from(one.spare(1), one.cores) == (0, 1, 2, 4, 5, 6)
+
+
+def test_sibling_lists_in_ranges_and_hosts_without_smt(tmp_path, monkeypatch):
+    _smt_host(tmp_path, ["0-1", "0-1", "2-3", "2-3"])
+    monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path)
+    assert Budget(0.5).cpu(range(4)).cores == (2, 3) and Budget(0.25).cpu(range(4)).partitions(2)[1].cores == (1,)
+    monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path / "absent")  # no topology: each core its own
+    assert budget.smt_siblings(3) == {3} and Budget(0.5).cpu(range(4)).cores == (2, 3)
+    assert budget.apart_from((0, 1, 2), (2,)) == (0, 1)
