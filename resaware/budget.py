@@ -89,7 +89,7 @@ class Budget:
             raise BudgetError(
                 f"budget {self} has partitions 0..{len(usable) // n - 1} on {len(usable)} cores, not {partition}"
             )
-        order = physical_order(usable, whole=n >= max(len(smt_siblings(c) & set(usable)) for c in usable))
+        order = physical_order(usable, n)
         end = len(usable) - partition * n
         return CpuShare(asked=self, cores=tuple(sorted(order[end - n : end])), usable=usable)
 
@@ -109,25 +109,28 @@ def smt_siblings(core: int) -> frozenset[int]:
     not say: no sysfs, or no SMT)."""
     try:
         text = (SYSFS_CPU / f"cpu{core}" / "topology" / "thread_siblings_list").read_text()
-    except OSError:
+        cores = set()
+        for part in text.strip().split(","):
+            first, _, last = part.partition("-")
+            cores.update(range(int(first), int(last or first) + 1))
+    except (OSError, ValueError):
         return frozenset({core})
-    cores = set()
-    for part in text.strip().split(","):
-        first, _, last = part.partition("-")
-        cores.update(range(int(first), int(last or first) + 1))
     return frozenset(cores | {core})
 
 
-def physical_order(cores, whole: bool = True) -> tuple[int, ...]:
-    """`cores` in the order partitions are cut from (from the end): `whole`, siblings next to each other,
-    physical cores by their lowest logical number; else each physical core's first thread before any
-    core's second. Without SMT, both are ascending order."""
+def physical_order(cores, size: int) -> tuple[int, ...]:
+    """`cores` in the order partitions of `size` are cut from (from the end). At least a physical core's
+    size: siblings next to each other, physical cores by their lowest logical number, those with all their
+    threads in `cores` last. Smaller: each physical core's first thread before any core's second. Without
+    SMT, ascending order either way."""
     cores = set(cores)
+    groups = {c: sorted(smt_siblings(c) & cores) for c in cores}
+    widest = max(map(len, groups.values()), default=1)
 
-    def key(core: int) -> tuple[int, int]:
-        siblings = sorted(smt_siblings(core) & cores)
-        physical, thread = siblings[0], siblings.index(core)
-        return (physical, thread) if whole else (thread, physical)
+    def key(core: int) -> tuple[int, ...]:
+        group = groups[core]
+        physical, thread = group[0], group.index(core)
+        return (len(group) == widest, physical, thread) if size >= widest else (thread, physical)
 
     return tuple(sorted(cores, key=key))
 

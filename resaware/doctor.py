@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from . import confine, mps
-from .budget import Budget
+from .budget import Budget, smt_siblings
 
 _FRACTIONS = ("25%", "50%", "75%", "100%")
 
@@ -33,10 +33,16 @@ def _cpu_lines() -> list[str]:
     lines = [
         f"CPU        {hw.cpu_model} (LLVM mcpu {hw.mcpu}, {hw.machine})",
         f"  ISA      {' '.join(hw.isa) or 'none of the extensions resaware keys on'}",
-        f"  cores    {len(usable)} usable (this process's affinity: {usable}); {os.cpu_count()} in the machine",
+        f"  cores    {len(usable)} usable (this process's affinity: {usable}) on {_physical(usable)}; "
+        f"{os.cpu_count()} in the machine",
         "  budgets  " + "; ".join(_cpu_budget(f, usable) for f in _FRACTIONS),
     ]
     return lines
+
+
+def _physical(usable: list[int]) -> str:
+    physical = len({min(smt_siblings(c) & set(usable)) for c in usable})
+    return f"{physical} physical core{'s' * (physical > 1)}" + (" (SMT)" if physical < len(usable) else "")
 
 
 def _cpu_budget(text: str, usable: list[int]) -> str:

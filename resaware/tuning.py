@@ -25,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from . import clients, confine, hardware, intrinsics, quiet, remote, transfer
-from .budget import Budget, CpuShare, announce
+from .budget import Budget, CpuShare, announce, apart_from
 from .clients import ClientReport
 from .errors import ResawareError
 from .measure import ConfinedRunner, Timing, build_one, remove_artifact
@@ -338,7 +338,9 @@ def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, t
             return [clients.tune_shard(tasks, slot, slot.shared_database(donor), target, share.cores, tuner, trials,
                                        before, seed, deadline, timing, on_batch, first_batch=first_batch)]  # fmt: skip
         partitions = [p.cores for p in share.partitions(k_)]
-        return clients.run(tasks, slot, partitions, share.spare(k_), trials - before, seed, deadline, timing, on_batch,
+        # Some client is always timing a batch: no client's own work goes on a sibling of any partition's core.
+        spare = apart_from(share.spare(k_), [c for cores in partitions for c in cores])
+        return clients.run(tasks, slot, partitions, spare, trials - before, seed, deadline, timing, on_batch,
                            donor, first_batch)  # fmt: skip
 
     return measure

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import resaware
+from resaware.budget import apart_from
 
 
 def save_model(path, name: str, nodes, inputs: dict, outputs: dict, inits=(), opset=13, ir_version=8) -> str:
@@ -113,3 +114,7 @@ def squeezenet_store(tmp_path_factory):
 
 
 two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+# The tuner keeps off a timed core's SMT sibling: searching beside a batch needs two physical cores.
+two_physical_cores = pytest.mark.skipif(
+    not apart_from(os.sched_getaffinity(0), [max(os.sched_getaffinity(0))]), reason="needs two physical cores"
+)

@@ -9,6 +9,12 @@ from resaware import budget
 from resaware.budget import Budget, BudgetError, announce
 
 
+@pytest.fixture(autouse=True)
+def no_smt(tmp_path_factory, monkeypatch):
+    """A host without SMT, whatever this one is (tests of SMT hosts draw their own topology)."""
+    monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path_factory.mktemp("no-topology"))
+
+
 @pytest.mark.parametrize(
     "text, fraction",
     [
@@ -140,12 +146,24 @@ def test_partitions_take_whole_physical_cores_on_an_smt_host(tmp_path, monkeypat
     assert [p.cores for p in one.partitions(4)] == [(7,), (6,), (5,), (4,)]
     # The tuner's work goes nowhere near a timed core's sibling.
     assert budget.apart_from(one.spare(1), one.cores) == (0, 1, 2, 4, 5, 6)
+    # An affinity holding one thread of physical core 1: the whole core 0 is the share, core 1 the tuner's.
+    assert Budget(0.5).cpu([0, 1, 4]).cores == (0, 4) and budget.apart_from([1], (0, 4)) == (1,)
+
+
+def test_partitions_with_siblings_numbered_side_by_side(tmp_path, monkeypatch):
+    _smt_host(tmp_path, [f"{c - c % 2}-{c - c % 2 + 1}" for c in range(8)])  # 0-1, 2-3, ...
+    monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path)
+    one = Budget(1 / 8).cpu(range(8))
+    assert [p.cores for p in one.partitions(4)] == [(7,), (5,), (3,), (1,)]  # one physical core each
+    assert [p.cores for p in Budget(0.25).cpu(range(8)).partitions(4)] == [(6, 7), (4, 5), (2, 3), (0, 1)]
 
 
 def test_sibling_lists_in_ranges_and_hosts_without_smt(tmp_path, monkeypatch):
     _smt_host(tmp_path, ["0-1", "0-1", "2-3", "2-3"])
     monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path)
     assert Budget(0.5).cpu(range(4)).cores == (2, 3) and Budget(0.25).cpu(range(4)).partitions(2)[1].cores == (1,)
+    (tmp_path / "cpu3/topology/thread_siblings_list").write_text("\n")  # unreadable: counted alone
+    assert budget.smt_siblings(3) == {3}
     monkeypatch.setattr(budget, "SYSFS_CPU", tmp_path / "absent")  # no topology: each core its own
     assert budget.smt_siblings(3) == {3} and Budget(0.5).cpu(range(4)).cores == (2, 3)
     assert budget.apart_from((0, 1, 2), (2,)) == (0, 1)

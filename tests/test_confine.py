@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import two_cores
+from conftest import two_cores, two_physical_cores
 
 from resaware import confine, measure
 
@@ -56,6 +56,7 @@ def test_in_process_run_keeps_callers_affinity(small_model, small_store):
 
 
 @two_cores
+@two_physical_cores
 def test_the_tuner_keeps_off_the_measuring_core_while_a_batch_is_timed():
     """With a core of its own besides the measuring one, the tuner gets the batch's futures at once and,
     until the batch is timed, it and its build workers keep to that core; then they take both back."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import run_cli
 
 from resaware import confine, cuda
@@ -16,6 +18,12 @@ def test_doctor_reports_what_this_machine_can_do():
     assert labels == ["CPU", "GPU", "TVM", "nvcc"]
     usable = confine.usable_cores()
     assert f"{len(usable)} usable" in done.stdout
+    # Physical cores told apart another way than resaware does: by (package, die, core id), where sysfs says.
+    ids = ("physical_package_id", "die_id", "core_id")
+    physical = {tuple(f.read_text() for i in ids if (f := Path(f"/sys/devices/system/cpu/cpu{c}/topology/{i}")).exists())
+                for c in usable}  # fmt: skip
+    if all(physical):
+        assert f"on {len(physical)} physical core" in done.stdout
     for text in ("50%", "100%"):
         share = Budget.parse(text).cpu(usable)
         assert f"{text} -> {share.count} core" in done.stdout and f"x{share.max_concurrency} at once" in done.stdout

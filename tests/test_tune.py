@@ -6,7 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import two_cores
+from conftest import two_cores, two_physical_cores
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
@@ -142,6 +142,7 @@ def test_time_limit_stops_early(small_model, tmp_path):
 
 
 @two_cores
+@two_physical_cores
 def test_at_the_time_limit_the_batch_timed_in_the_background_is_kept(small_model, tmp_path, monkeypatch):
     """At 50 % the tuner searches and builds the next batch while one is timed on the other core: it
     waits for its runner less than the runner measures, and when time runs out the batch still being
