@@ -12,31 +12,21 @@ timed with ONNX Runtime in interleaved rounds.
 from __future__ import annotations
 
 import argparse
-import functools
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import resaware
 from common import add_output_args, output_dir, result_name, write
-from resaware import confine, reference
-from resaware.bench import interleaved, rel_error
-from resaware.budget import Budget
-from resaware.compiled import run_confined
-
-ORT = "ONNX Runtime"
+from side_by_side import ORT, SideBySide, medians
 
 
 def compare(args, work: Path) -> tuple[dict, dict, object]:
     """Tune, compile and check each layout in `work`, then time both modules and ONNX Runtime in
     interleaved rounds: (median ms by arm, each layout's tuning figures, the budget's CPU share)."""
-    share = Budget.parse(args.budget).cpu(confine.usable_cores())
     models = {layout: resaware.load_onnx(args.model, layout=layout) for layout in args.layouts.split(",")}
-    first = next(iter(models.values()))
-    inputs, specs = first.random_inputs(0), [s.to_json() for s in first.inputs]
-    expected = reference.outputs(first, inputs)
-    arms, timers = {}, {}
+    timing = SideBySide(next(iter(models.values())), args.budget, args.repeat)
+    arms = {}
     for layout, model in models.items():
         store = work / layout
         limit = None if args.trials else args.minutes * 60  # trials=None: tune for the time alone
@@ -46,16 +36,12 @@ def compare(args, work: Path) -> tuple[dict, dict, object]:
         arms[layout] = {
             "layout": compiled.info["layout"], "tasks": len(result.tasks), "trials": result.trials_run, "wall_s": result.wall_s,
             "estimate_ms": result.estimated_s * 1e3 if result.estimated_s else None,
-            "rel_error": rel_error(compiled(*inputs), expected),
         }  # fmt: skip
+        arms[layout]["rel_error"] = timing.module(layout, compiled.export(work / f"{layout}.so"))
         print(f"{layout}: {arms[layout]}", flush=True)
-        path = compiled.export(work / f"{layout}.so")
-        timers[layout] = functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
-    timers[ORT] = functools.partial(reference.latency, first, share.cores, args.budget, args.repeat, 2, 1.0)
-    medians = {
-        key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
-    }
-    return medians, arms, share
+    timing.onnx_runtime()
+    runs, _ = timing.run(args.rounds, probe=False)
+    return medians(runs), arms, timing.share
 
 
 def main() -> None:
@@ -73,7 +59,7 @@ def main() -> None:
         args.minutes, args.rounds, args.repeat = 0.5, 1, 3
     out = output_dir(args)
     with tempfile.TemporaryDirectory(prefix="resaware-layout-") as work:  # stores and modules: scratch
-        medians, arms, share = compare(args, Path(work))
+        latency, arms, share = compare(args, Path(work))
     lines = [
         f"layout: {args.model} at {args.budget} ({share.count} cores), "
         + (f"{args.trials} trials" if args.trials else f"{args.minutes:g} min")
@@ -81,16 +67,16 @@ def main() -> None:
         f"{'layout':<13} {'tasks':>5} {'trials':>6} {'tuned s':>7} {'estimate':>9} {'module':>9} {'/ ORT':>6}",
     ]
     for layout, arm in arms.items():
-        arm["latency_ms"] = medians[layout]
+        arm["latency_ms"] = latency[layout]
         estimate = f"{arm['estimate_ms']:.2f}" if arm["estimate_ms"] else "-"
-        lines.append(f"{layout:<13} {arm['tasks']:>5} {arm['trials']:>6} {arm['wall_s']:>7.0f} {estimate:>9} {medians[layout]:>9.2f} "
-                     f"{medians[layout] / medians[ORT]:>5.2f}x")  # fmt: skip
-    lines.append(f"{ORT}: {medians[ORT]:.2f} ms; median of {args.rounds} interleaved rounds; ms")
+        lines.append(f"{layout:<13} {arm['tasks']:>5} {arm['trials']:>6} {arm['wall_s']:>7.0f} {estimate:>9} {latency[layout]:>9.2f} "
+                     f"{latency[layout] / latency[ORT]:>5.2f}x")  # fmt: skip
+    lines.append(f"{ORT}: {latency[ORT]:.2f} ms; median of {args.rounds} interleaved rounds; ms")
     table = "\n".join(lines)
     print(table)
     command = "python benchmarks/layout.py " + " ".join(sys.argv[1:])
     data = {"model": args.model, "budget": args.budget, "cores": share.count, "minutes": args.minutes, "trials": args.trials,
-            "onnxruntime_ms": medians[ORT], "layouts": arms}  # fmt: skip
+            "onnxruntime_ms": latency[ORT], "layouts": arms}  # fmt: skip
     name = result_name("layout", args.model, args.budget)
     if args.layouts != "NCHW,NHWC":  # the default's files keep their name
         name += "-" + args.layouts.lower().replace(",", "-")

@@ -14,49 +14,35 @@ after each timing (`common.round_trip_ns`), so every sample says which state it 
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import resaware
-from common import add_output_args, output_dir, probed, read_slow, result_name, write
-from resaware import confine, reference
-from resaware.bench import interleaved, rel_error
-from resaware.budget import Budget
-from resaware.compiled import load, run_confined
-
-ORT = "ONNX Runtime"
+from common import add_output_args, output_dir, read_slow, result_name, write
+from side_by_side import ORT, SideBySide
 
 
 def retime(args, modules: dict[str, str]) -> dict:
     """Check each module's outputs, then time them all and ONNX Runtime over `args.rounds` rounds:
     per arm its median, each round's median ms, each round's probe (ns) and, for modules, the error."""
-    model = resaware.load_onnx(args.model)
-    share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
-    expected = reference.outputs(model, inputs)
-    arms, timers = {}, {}
+    arms = SideBySide(resaware.load_onnx(args.model), args.budget, args.repeat, args.tolerance)
+    info = {}
     for label, path in modules.items():
-        compiled = load(path)
-        error = rel_error(compiled(*inputs), expected)
-        if error >= args.tolerance:
-            raise SystemExit(
-                f"{label}: outputs differ from ONNX Runtime ({error:.1e} >= --tolerance {args.tolerance:g})"
-            )
-        info = compiled.info
-        arms[label] = {"path": path, "max_rel_error": error, **{k: info.get(k) for k in ("layout", "records")}}
-        timers[label] = functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
-    arms[ORT] = {}
-    timers[ORT] = functools.partial(reference.latency, model, share.cores, args.budget, args.repeat, 2, 1.0)
-    trips = {label: [] for label in timers}
-    if share.count > 1:
-        timers = {label: functools.partial(probed, t, trips[label], share.cores) for label, t in timers.items()}
-    for label, runs in interleaved(timers, args.rounds).items():
-        rounds = [x.median_ms for x in runs]
-        arms[label].update(median_ms=statistics.median(rounds), rounds_ms=rounds, round_trip_ns=trips[label])
-    return {"model": args.model, "budget": args.budget, "cores": share.count, "rounds": args.rounds, "arms": arms}
+        error = arms.module(label, path)
+        info[label] = {
+            "path": path,
+            "max_rel_error": error,
+            **{k: arms.info[label].get(k) for k in ("layout", "records")},
+        }
+    arms.onnx_runtime()
+    info[ORT] = {}
+    runs, trips = arms.run(args.rounds)
+    for label, latencies in runs.items():
+        rounds = [x.median_ms for x in latencies]
+        info[label].update(median_ms=statistics.median(rounds), rounds_ms=rounds, round_trip_ns=trips[label])
+    return {"model": args.model, "budget": args.budget, "cores": arms.share.count, "rounds": args.rounds, "arms": info}
 
 
 def table(data: dict) -> str:

@@ -30,9 +30,7 @@ population) is paid in tuning time.
 from __future__ import annotations
 
 import argparse
-import functools
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -41,15 +39,14 @@ import tvm
 from tuning_speed import CONTESTANTS, compile_layout, race_one, snapshot
 
 import resaware
-from common import add_output_args, output_dir, probed, read_slow, result_name, write
-from resaware import confine, hardware, reference
-from resaware.bench import interleaved, rel_error
+from common import add_output_args, output_dir, read_slow, result_name, write
+from resaware import confine, hardware
 from resaware.budget import Budget
-from resaware.compiled import run_confined
 from resaware.plot import curves
 from resaware.search import UNLIMITED
+from side_by_side import ORT, SideBySide, medians
 
-ORT, UNTUNED = "ONNX Runtime", "TVM untuned"
+UNTUNED = "TVM untuned"
 
 
 def marks(
@@ -71,24 +68,16 @@ def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float],
     and returns the baselines' median ms and, with two cores or more, the cross-core round trip (ns)
     after each timing, by module."""
     model = resaware.load_onnx(args.model)
-    share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
-    expected = reference.outputs(model, inputs)
+    arms = SideBySide(model, args.budget, args.repeat, args.tolerance)
     snapshots = work / "snapshots"
     shutil.rmtree(snapshots, ignore_errors=True)  # a rerun with --keep compiles afresh
-    timers = {}
 
     def add(key, compiled) -> float:
-        path = compiled.export(snapshots / f"{len(timers)}.so")
-        error = rel_error(compiled(*inputs), expected)
-        if error >= args.tolerance:
-            raise SystemExit(f"{key}: outputs differ from ONNX Runtime ({error:.1e} >= --tolerance {args.tolerance:g})")
-        timers[key] = functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
-        return error
+        return arms.module(key, compiled.export(snapshots / f"{len(arms.timers)}.so"))
 
     with tempfile.TemporaryDirectory() as empty:
         add(UNTUNED, resaware.compile(model, args.budget, store=empty))
-    timers[ORT] = functools.partial(reference.latency, model, share.cores, args.budget, args.repeat, 2, 1.0)
+    arms.onnx_runtime(ORT)
     for name, r in results.items():
         r["marks"] = marks(r["curve"], r["wall_s"], r["trials"], args.at, r["cap_s"])
         for _, mark, done in r["marks"]:
@@ -97,15 +86,9 @@ def score(results: dict[str, dict], args, work: Path) -> tuple[dict[str, float],
             compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name, args.layout))
             error = add((name, mark, done), compiled)
             r["max_rel_error"] = max(error, r.get("max_rel_error", 0.0))
-    trips = {key: [] for key in timers}
-    if share.count > 1:
-        # At two threads a kernel reads what the other core just wrote; how much that costs depends on
-        # where the host put the vCPUs, which can change from one timing to the next.
-        timers = {key: functools.partial(probed, timer, trips[key], share.cores) for key, timer in timers.items()}
-    print(f"timing {len(timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
-    samples = {
-        key: statistics.median(x.median_ms for x in runs) for key, runs in interleaved(timers, args.rounds).items()
-    }
+    print(f"timing {len(arms.timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
+    runs, trips = arms.run(args.rounds)
+    samples = medians(runs)
     for name, r in results.items():
         r["quality"] = [[mark, done, samples[name, mark, done]] for _, mark, done in r["marks"]]
         r["final_latency_ms"] = r["quality"][-1][2]

@@ -31,7 +31,6 @@ model it keeps, which picks schedules for kernels still without records; stock k
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -50,15 +49,15 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 import resaware
 from common import add_output_args, output_dir, write
-from resaware import confine, hardware, reference
-from resaware.bench import TOLERANCE, interleaved, rel_error
+from resaware import confine, hardware
+from resaware.bench import TOLERANCE
 from resaware.budget import Budget
-from resaware.compiled import run_confined
 from resaware.measure import Timing
 from resaware.plot import curves
 from resaware.search import _batch_size, phases  # the same batch size and phases
 from resaware.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
 from resaware.tasks import lower
+from side_by_side import SideBySide
 
 CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware",
                "resaware-k2": "resaware x2"}  # fmt: skip
@@ -330,10 +329,7 @@ def score(results: dict[str, dict], args, work: Path) -> None:
     """Compile every contestant's checkpoints the same way and time them all, interleaved over rounds;
     adds `quality` [(seconds, trials, median ms)] and the final latency and output error."""
     model = resaware.load_onnx(args.model)
-    share = Budget.parse(args.budget).cpu(confine.usable_cores())
-    inputs, specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
-    expected = reference.outputs(model, inputs)
-    modules = {}
+    arms = SideBySide(model, args.budget, args.repeat, TOLERANCE)
     for name, r in results.items():
         points = checkpoints(r["curve"], r["wall_s"], r["trials"], args.checkpoints)
         for seconds, done in points:
@@ -342,20 +338,15 @@ def score(results: dict[str, dict], args, work: Path) -> None:
                 Path(r["store"]) if final else snapshot(Path(r["store"]), done, work / "snapshots" / f"{name}-{done}")
             )
             compiled = resaware.compile(model, args.budget, store=store, layout=compile_layout(name, args.layout))
-            modules[name, seconds, done] = compiled.export(work / "snapshots" / f"{name}-{done}.so")
+            path = compiled.export(work / "snapshots" / f"{name}-{done}.so")
+            error = arms.module((name, seconds, done), path, check=final)  # as compared before: the final module
             if final:
-                r["max_rel_error"] = rel_error(compiled(*inputs), expected)
-                if r["max_rel_error"] >= TOLERANCE:
-                    raise SystemExit(f"{r['label']}: outputs differ from ONNX Runtime ({r['max_rel_error']:.1e})")
-    print(f"timing {len(modules)} modules at {args.budget} over {args.rounds} rounds", flush=True)
-    timers = {
-        key: functools.partial(run_confined, path, share.cores, args.budget, args.repeat, 2, 1.0, specs)
-        for key, path in modules.items()
-    }
-    samples = interleaved(timers, args.rounds)
+                r["max_rel_error"] = error
+    print(f"timing {len(arms.timers)} modules at {args.budget} over {args.rounds} rounds", flush=True)
+    samples, _ = arms.run(args.rounds, probe=False)
     for name, r in results.items():
         r["quality"] = [[s, n, statistics.median(x.median_ms for x in samples[who, s, n])]
-                        for who, s, n in modules if who == name]  # fmt: skip
+                        for who, s, n in arms.timers if who == name]  # fmt: skip
         r["final_latency_ms"] = r["quality"][-1][2]
 
 

@@ -198,13 +198,14 @@ def test_roofline_script_quick(tmp_path, squeezenet_store):
     assert "(the floor)" in (tmp_path / "roofline-squeezenet-50pct.md").read_text()
 
 
-def _two_convs(path) -> str:
-    """Conv -> Relu -> Conv, fixed shapes: two kernels, both tunable (no reshape that MetaSchedule skips)."""
+def _two_convs(path, seed: int = 3) -> str:
+    """Conv -> Relu -> Conv, fixed shapes: two kernels, both tunable (no reshape that MetaSchedule skips);
+    `seed` draws the weights."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     weights = [numpy_helper.from_array(rng.normal(0, 0.3, shape).astype("float32"), name)
                for name, shape in (("w1", (8, 3, 3, 3)), ("w2", (4, 8, 3, 3)))]  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
@@ -363,3 +364,15 @@ def test_retime_script_quick(tmp_path):
         assert arms[layout]["layout"] == layout and arms[layout]["max_rel_error"] < 1e-4
         assert arms[layout]["median_ms"] > 0 and len(arms[layout]["rounds_ms"]) == 1
     assert "NHWC" in (tmp_path / "retime-two_convs-50pct-nchw-nhwc.md").read_text()
+
+
+def test_retime_refuses_a_module_of_another_model(tmp_path):
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    other = _two_convs(tmp_path / "other.onnx", seed=4)  # same graph and shapes, other weights
+    compiled = resaware.compile(resaware.load_onnx(other), "50%", store=tmp_path / "empty")
+    path = compiled.export(tmp_path / "other.so")
+    done = _script("retime.py", "--out", tmp_path, "--model", model, "--budget", "50%", f"other={path}")
+    # Checked before anything is timed: one line naming the module, and nothing written.
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("other: outputs differ from ONNX Runtime")
+    assert not list(tmp_path.glob("retime-*"))
