@@ -118,13 +118,19 @@ def smt_siblings(core: int) -> frozenset[int]:
     return frozenset(cores | {core})
 
 
+def sibling_groups(cores) -> dict[int, list[int]]:
+    """Each of `cores` with its SMT siblings among `cores`, itself included, ascending: one group per
+    physical core that `cores` reach."""
+    cores = set(cores)
+    return {c: sorted(smt_siblings(c) & cores) for c in cores}
+
+
 def physical_order(cores, size: int) -> tuple[int, ...]:
     """`cores` in the order partitions of `size` are cut from (from the end). At least a physical core's
     size: siblings next to each other, physical cores by their lowest logical number, those with all their
     threads in `cores` last. Smaller: each physical core's first thread before any core's second. Without
     SMT, ascending order either way."""
-    cores = set(cores)
-    groups = {c: sorted(smt_siblings(c) & cores) for c in cores}
+    groups = sibling_groups(cores)
     widest = max(map(len, groups.values()), default=1)
 
     def key(core: int) -> tuple[int, ...]:
@@ -132,7 +138,7 @@ def physical_order(cores, size: int) -> tuple[int, ...]:
         physical, thread = group[0], group.index(core)
         return (len(group) == widest, physical, thread) if size >= widest else (thread, physical)
 
-    return tuple(sorted(cores, key=key))
+    return tuple(sorted(groups, key=key))
 
 
 def apart_from(cores, measuring) -> tuple[int, ...]:

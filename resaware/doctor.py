@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from . import confine, mps
-from .budget import Budget, smt_siblings
+from .budget import Budget, sibling_groups
 
 _FRACTIONS = ("25%", "50%", "75%", "100%")
 
@@ -41,7 +41,7 @@ def _cpu_lines() -> list[str]:
 
 
 def _physical(usable: list[int]) -> str:
-    physical = len({min(smt_siblings(c) & set(usable)) for c in usable})
+    physical = len({group[0] for group in sibling_groups(usable).values()})
     return f"{physical} physical core{'s' * (physical > 1)}" + (" (SMT)" if physical < len(usable) else "")
 
 
