@@ -28,7 +28,7 @@ class SideBySide:
     def __init__(self, model: Model, budget: str, repeat: int, tolerance: float = 1e-3, min_seconds: float = 1.0):
         self.model, self.budget, self.tolerance = model, budget, tolerance
         self.share = Budget.parse(budget).cpu(confine.usable_cores())
-        self.inputs = model.random_inputs(0)
+        self.inputs, self.specs = model.random_inputs(0), [s.to_json() for s in model.inputs]
         self.expected = reference.outputs(model, self.inputs)
         self.timing = (repeat, 2, min_seconds)
         self.timers: dict = {}
@@ -45,9 +45,8 @@ class SideBySide:
                 f"{key}: outputs differ from ONNX Runtime (relative error {error:.1e}, over {self.tolerance:g})"
             )
         self.info[key] = compiled.info
-        specs = [s.to_json() for s in self.model.inputs]
         self.timers[key] = functools.partial(
-            run_confined, str(path), self.share.cores, self.budget, *self.timing, specs
+            run_confined, str(path), self.share.cores, self.budget, *self.timing, self.specs
         )
         return error
 
