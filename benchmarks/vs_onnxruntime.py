@@ -5,6 +5,7 @@ Runtime (as many intra-op threads as cores, sequential) are timed in children co
 budget's cores, interleaved over rounds. Outputs must agree: max|tvm - ort| / max|ort| < 1e-4.
 
     python benchmarks/vs_onnxruntime.py --store DIR --trials 400
+    python benchmarks/vs_onnxruntime.py --store DIR --time 3m   # as many trials as 3 minutes allow
     python benchmarks/vs_onnxruntime.py --quick
 """
 
@@ -26,12 +27,18 @@ def main() -> None:
     add_output_args(parser)
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--budgets", default="50%,100%")
-    parser.add_argument("--trials", type=int, default=400, help="per model and budget; a store holding more keeps them")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        help="per model and budget (default 400, or with --time as many as it allows); a store holding more keeps them",
+    )
     parser.add_argument("--store", help="store to tune into / reuse (default: resaware's user store)")
     parser.add_argument("--time", help="tuning wall-clock limit per model and budget (e.g. 3m)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     limit = parse_duration(args.time) if args.time else None
+    if args.trials is None and limit is None:
+        args.trials = 400
     if args.quick:
         args.models, args.budgets, args.trials, args.rounds = "zoo:encoder", "100%", 8, 1
     out = output_dir(args)
