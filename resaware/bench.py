@@ -148,10 +148,12 @@ def robust_budget(worst: dict[str, float], fractions: dict[str, float]) -> str |
     return min(worst, key=lambda label: (worst[label], -fractions[label])) if worst else None
 
 
-def cross_budget(model, tune_at, run_at, trials: int, store=None, rounds: int = 3, repeat: int = 5,
+def cross_budget(model, tune_at, run_at, trials: int | None, store=None, rounds: int = 3, repeat: int = 5,
                  min_seconds: float = 1.0, seed: int = 0, time_limit: float | None = None, untuned: bool = True,
                  onnxruntime: bool = True, progress: bool = True) -> CrossBudget:  # fmt: skip
-    """Tune (or reuse the store) at each `tune_at` budget, then time every module at every `run_at` budget."""
+    """Tune (or reuse the store) at each `tune_at` budget, then time every module at every `run_at` budget.
+
+    `trials` and `time_limit` bound the tuning as in `tuning.tune` (`trials=None`: for the time limit alone)."""
     if rounds < 1 or repeat < 1:
         raise ResawareError(f"rounds and repeat must be at least 1, got {rounds} and {repeat}")
     model = resolve(model)

@@ -161,12 +161,13 @@ def _parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--tune-at", required=True, help="budgets to tune at, e.g. 50%%,100%%")
     p.add_argument("--run-at", required=True, help="budgets to run every module at, e.g. 50%%,100%%")
-    p.add_argument("--trials", required=True, type=int, help="measured candidates per tune-at budget (store reused)")
+    p.add_argument("--trials", type=int, help="measured candidates per tune-at budget (store reused)")
     _store_arg(p)
     p.add_argument("--out", help="directory for the results and figures (default: a new temporary directory)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per cell and round (and at least 1 s)")
-    p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m)")
+    p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m); stops at trials or time, "
+                   "whichever first; --time alone tunes for that long")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -246,10 +247,9 @@ def _cmd_tune(args):
     from .plan import Plan
     from .tuning import tune
 
-    if args.trials is None and (args.time is None or args.target == "cuda"):
-        raise ResawareError("give --trials N, --time 30m or both (CUDA tuning needs --trials)")
-    if args.trials is not None and args.trials < 0:
-        raise ResawareError(f"--trials must be >= 0, got {args.trials}")
+    if args.trials is None and args.time is not None and args.target == "cuda":
+        raise ResawareError("CUDA tuning needs --trials N (--time alone is for CPU budgets)")
+    _check_trials(args.trials, args.time)
     if (args.model is None) == (args.plan is None):
         raise ResawareError("give a model or --plan PLAN (one of them)")
     if args.plan is not None and args.layout != "auto":
@@ -271,6 +271,14 @@ def _cmd_tune(args):
                   progress=not args.no_progress and not args.json, concurrency=concurrency, tracker=args.tracker,
                   warm_start=args.warm_start, timing=Timing(flush=args.caches == "flushed"))  # fmt: skip
     print(json.dumps(report.to_json(), indent=1) if args.json else report.table())
+
+
+def _check_trials(trials: int | None, time: str | None) -> None:
+    # A large --trials with --time would spread each task's batches thin: --time alone means "as many as fit".
+    if trials is None and time is None:
+        raise ResawareError("give --trials N, --time 30m or both")
+    if trials is not None and trials < 0:
+        raise ResawareError(f"--trials must be >= 0, got {trials}")
 
 
 def _whole(text: str, flag: str) -> int:
@@ -380,8 +388,7 @@ def _cmd_bench(args):
     from .bench import cross_budget
     from .plot import heatmap, task_bars, tuning_curves
 
-    if args.trials < 0:
-        raise ResawareError(f"--trials must be >= 0, got {args.trials}")
+    _check_trials(args.trials, args.time)
     tune_at, run_at = Budget.parse_list(args.tune_at), Budget.parse_list(args.run_at)
     limit = parse_duration(args.time) if args.time else None
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():

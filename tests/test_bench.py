@@ -71,11 +71,14 @@ def test_bench_cli_writes_json_table_and_heatmap(small_store, small_path, tmp_pa
         (["--run-at", "half"], "not a number"),
         (["--time", "soon"], "not a duration"),
         (["--out", "MODEL"], "is a file"),
+        (["--trials", None], "give --trials"),
+        (["--trials", "-2"], "--trials must be"),
     ],
 )
 def test_bench_bad_input_one_line_exit_2(small_path, tmp_path, args, phrase):
     base = {"--tune-at": "50%", "--run-at": "50%", "--trials": "1", "--store": str(tmp_path)}
     base.update({k: small_path if v == "MODEL" else v for k, v in zip(args[::2], args[1::2])})
+    base = {k: v for k, v in base.items() if v is not None}  # None: the option left out
     done = run_cli("bench", small_path, "--shape", "x=1x3x16x16", *[x for kv in base.items() for x in kv])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and phrase in done.stderr

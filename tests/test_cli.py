@@ -65,6 +65,7 @@ def test_tune_compile_run_show(tmp_path):
         (["compile", "zoo:squeezenet", "--budget", "0", "-o", "x.so"], ["outside"]),
         (["run", "/no/such.so"], ["does not exist"]),
         (["tune", "zoo:squeezenet", "--budgets", "50%"], ["--trials"]),
+        (["tune", "zoo:squeezenet", "--budgets", "50%", "--time", "1m", "--target", "cuda"], ["CUDA", "--trials"]),
         (["tune", "--trials", "4"], ["a model or --plan"]),
         (["tune", "--plan", "/no/plan.json", "--trials", "4"], ["does not exist", "resaware record"]),
         (
