@@ -305,11 +305,11 @@ def test_layout_script_quick(tmp_path):
 
 
 def test_layout_script_tunes_each_layout_for_the_trials_asked(tmp_path):
-    model = _two_convs(tmp_path / "two_convs.onnx")
-    done = _script("layout.py", "--out", tmp_path, "--model", model, "--layouts", "NHWC,NHWC-winograd", "--trials", 4)
+    # --conv: one 3x3 convolution, written by the script (the single-kernel comparison of Winograd).
+    done = _script("layout.py", "--out", tmp_path, "--conv", "8,4,16", "--layouts", "NHWC,NHWC-winograd", "--trials", 4)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    data = json.loads((tmp_path / "layout-two_convs-50pct-nhwc-nhwc-winograd-4trials.json").read_text())
-    assert data["trials"] == 4 and list(data["layouts"]) == ["NHWC", "NHWC-winograd"]
+    data = json.loads((tmp_path / "layout-conv8-4-16-50pct-nhwc-nhwc-winograd-4trials.json").read_text())
+    assert data["trials"] == 4 and list(data["layouts"]) == ["NHWC", "NHWC-winograd"] and data["conv"] == "8,4,16"
     for layout, arm in data["layouts"].items():
         assert arm["layout"] == layout and 4 <= arm["trials"] <= 8 and arm["rel_error"] < 1e-4
 
