@@ -58,6 +58,12 @@ def _store_arg(p):
     p.add_argument("--store", help="store directory (default: $RESAWARE_STORE or the user cache)")
 
 
+def _time_arg(p):
+    # Checked with --trials by _check_trials: one of the two, or both.
+    p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m); stops at trials or time, "
+                   "whichever first; --time alone tunes for that long")  # fmt: skip
+
+
 _EPILOG = """\
 a budget is a share of this machine: 0.5, 50% and 50 all mean half of its usable cores.
 
@@ -106,8 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", help="comma-separated budgets, e.g. 50%%,100%% (default with --plan: the plan's)")
     p.add_argument("--trials", type=int, help="measured candidates per budget, counted in the store")
     _store_arg(p)
-    p.add_argument("--time", help="wall-clock limit per budget (e.g. 30m); stops at trials or time, whichever "
-                   "first; --time alone tunes for that long")  # fmt: skip
+    _time_arg(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -166,8 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="directory for the results and figures (default: a new temporary directory)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per cell and round (and at least 1 s)")
-    p.add_argument("--time", help="wall-clock tuning limit per budget (e.g. 30m); stops at trials or time, "
-                   "whichever first; --time alone tunes for that long")  # fmt: skip
+    _time_arg(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
