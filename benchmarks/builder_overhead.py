@@ -20,7 +20,8 @@ import tvm
 from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 
 from common import add_output_args, output_dir, sample_candidates, write
-from resaware import confine, hardware, measure
+from resaware.platform import confine, hardware
+from resaware.tuning import measure
 
 
 def compile_seconds(mods, target) -> float:

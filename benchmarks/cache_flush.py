@@ -21,12 +21,14 @@ import sys
 import tempfile
 
 from common import add_output_args, output_dir, result_name, write
-from resaware import confine, hardware, intrinsics, search
 from resaware.budget import Budget
-from resaware.measure import ConfinedRunner, PooledBuilder, Timing, _measure_one, build_one, remove_artifact
-from resaware.model import resolve
-from resaware.store import replay
-from resaware.tasks import extract, lower
+from resaware.frontend import intrinsics
+from resaware.frontend.model import resolve
+from resaware.frontend.tasks import extract, lower
+from resaware.platform import confine, hardware
+from resaware.store.store import replay
+from resaware.tuning import search
+from resaware.tuning.measure import ConfinedRunner, PooledBuilder, Timing, _measure_one, build_one, remove_artifact
 
 
 def _args(task) -> list:

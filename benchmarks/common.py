@@ -55,9 +55,9 @@ def sample_candidates(model: str, target, per_task: int, tasks: int = 1) -> list
     """Real candidates without tuning: (task name, scheduled modules) for the model's `tasks`
     heaviest kernels, `per_task` seeded samples of each one's design space."""
     import resaware
-    from resaware import intrinsics
-    from resaware.candidates import sample
-    from resaware.tasks import extract
+    from resaware.frontend import intrinsics
+    from resaware.frontend.tasks import extract
+    from resaware.tuning.candidates import sample
 
     intrinsics.register("llvm")
     found = []

@@ -29,9 +29,10 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from common import add_output_args, output_dir, sample_candidates, write
-from resaware import confine, hardware, measure
 from resaware.budget import Budget
-from resaware.store import mean_seconds
+from resaware.platform import confine, hardware
+from resaware.store.store import mean_seconds
+from resaware.tuning import measure
 
 
 def build(candidates, target) -> list[tuple[str, str, list]]:

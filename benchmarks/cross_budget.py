@@ -17,9 +17,9 @@ import sys
 import time
 
 from common import add_output_args, output_dir, write
-from resaware import confine
-from resaware.bench import cross_budget, tuned_label
-from resaware.plot import heatmap, task_bars, tuning_curves
+from resaware.analysis.bench import cross_budget, tuned_label
+from resaware.analysis.plot import heatmap, task_bars, tuning_curves
+from resaware.platform import confine
 
 QUARTERS = "25%,50%,75%,100%"  # budgets that realise the same cores are measured once
 

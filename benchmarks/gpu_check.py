@@ -15,7 +15,7 @@ picks at every budget in interleaved rounds, and prints the tuned-at x run-at ma
 sum of the picked kernels' times (the heaviest tasks only, not the whole model), with TVM's dlight
 default schedules as the untuned row. Then it measures the 25% budget again with 4 MPS clients at
 once to see what spatial sharing does to throughput and to the picks. The timings fold into a store
-with `resaware.candidates.fold`.
+with `resaware.tuning.candidates.fold`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from common import write
-from resaware import measure_built
 from resaware.budget import Budget
+from resaware.runtime import measure_built
 
 
 def _median(result: dict) -> float | None:
@@ -81,7 +81,7 @@ def table(cells: dict[str, dict[str, float]]) -> str:
 def _facts() -> dict:
     import subprocess
 
-    from resaware import mps
+    from resaware.platform import mps
 
     facts = {"mps_control": mps.binary()}
     try:
@@ -167,11 +167,11 @@ def measure(args) -> None:
 
 def build(args) -> None:
     """The build half: sample and build the candidates (no GPU needed)."""
-    from resaware import candidates
+    from resaware.tuning import candidates
 
     guide = None
     if args.guide_store:  # the next round: the evolutionary search of a measured budget's cost model
-        from resaware.store import Store
+        from resaware.store.store import Store
 
         wanted = f"mps-{Budget.parse(args.guide_budget).mps_percentage}"
         found = [s for s in Store.open(args.guide_store).slots(kind=args.kind) if s.key == wanted]

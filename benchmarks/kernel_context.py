@@ -33,9 +33,9 @@ from pathlib import Path
 
 from common import add_output_args, output_dir, read_slow, result_name, round_trip_ns, write
 from resaware.budget import Budget
-from resaware.compiled import _times, run_confined
-from resaware.confine import run_pinned, usable_cores
 from resaware.errors import ResawareError
+from resaware.platform.confine import run_pinned, usable_cores
+from resaware.runtime.compiled import _times, run_confined
 
 
 def _median_s(call, seconds: float, before=None) -> float:
@@ -55,7 +55,7 @@ def _child(path: str, seconds: float, runs: int) -> dict:
     """Time the module at `path` whole and kernel by kernel, in this (confined) process."""
     import tvm
 
-    from resaware.compiled import load
+    from resaware.runtime.compiled import load
 
     compiled = load(path)
     vm, args = compiled._vm, [tvm.runtime.tensor(a) for a in compiled.random_inputs(0)]
@@ -100,8 +100,8 @@ def _child(path: str, seconds: float, runs: int) -> dict:
 def recorded(store, slot_key: str | None, model: str) -> dict[str, float]:
     """Kernel name -> the best mean seconds recorded for `model`'s task of that name in the store's slot
     `slot_key` (this hardware); names repeat across models, so only the model's own tasks count."""
-    from resaware import hardware
-    from resaware.store import Store
+    from resaware.platform import hardware
+    from resaware.store.store import Store
 
     slot = next((s for s in Store.open(store).slots(hardware.detect(), "llvm") if s.key == slot_key), None)
     if slot is None:
@@ -172,7 +172,7 @@ def main() -> None:
     if args.quick:
         args.seconds, args.runs = 0.05, 5
     import resaware
-    from resaware import hardware
+    from resaware.platform import hardware
 
     out = output_dir(args)
     share = Budget.parse(args.budget).cpu(usable_cores())

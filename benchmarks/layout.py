@@ -1,5 +1,5 @@
 """Convolution layout: the model as imported (NCHW) against its convolutions in NHWC (resaware's
-default on CPU, `resaware.layout`) or in NHWC with its 3x3 ones as Winograd (`--layouts`), each tuned
+default on CPU, `resaware.frontend.layout`) or in NHWC with its 3x3 ones as Winograd (`--layouts`), each tuned
 by `resaware.tune` for the same minutes (or `--trials`) at one budget, compiled from its own store and
 timed with ONNX Runtime in interleaved rounds.
 
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--budget", default="50%")
     parser.add_argument("--minutes", type=float, default=10.0, help="tuning time per layout")
     parser.add_argument("--trials", type=int, help="tune each layout for this many trials instead of --minutes")
-    parser.add_argument("--layouts", default="NCHW,NHWC", help="the layouts to compare (`resaware.layout`)")
+    parser.add_argument("--layouts", default="NCHW,NHWC", help="the layouts to compare (`resaware.frontend.layout`)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     add_output_args(parser)

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from common import add_output_args, output_dir, result_name, write
 from resaware.budget import Budget
-from resaware.compiled import _times
-from resaware.confine import run_pinned, usable_cores
 from resaware.errors import ResawareError, last_line
+from resaware.platform.confine import run_pinned, usable_cores
+from resaware.runtime.compiled import _times
 
 # Independent accumulator chains: enough to cover FMA latency x FMA pipes (4 x 2 on current x86), few
 # enough to stay in registers (16 vector registers without AVX-512, 32 with it).
@@ -207,10 +207,12 @@ def main() -> None:
     if args.quick:
         args.seconds, args.rounds = 0.2, 1
     import resaware
-    from resaware import hardware, reference, tasks
-    from resaware.bench import interleaved, rel_error
-    from resaware.compiled import run_confined
-    from resaware.layout import resolve as resolve_layout
+    from resaware.analysis import reference
+    from resaware.analysis.bench import interleaved, rel_error
+    from resaware.frontend import tasks
+    from resaware.frontend.layout import resolve as resolve_layout
+    from resaware.platform import hardware
+    from resaware.runtime.compiled import run_confined
 
     out = output_dir(args)
     share = Budget.parse(args.budget).cpu(usable_cores())
@@ -242,7 +244,7 @@ def main() -> None:
                 )
             # Compiled in another layout than tasks.of extracted (an older store): its kernels are those.
             if compiled.info["layout"] not in (None, resolve_layout(model.layout, hardware.llvm_target(1))):
-                found = tasks.of(resaware.model.resolve(model, layout=compiled.info["layout"]), args.budget)
+                found = tasks.of(resaware.frontend.model.resolve(model, layout=compiled.info["layout"]), args.budget)
             data.update(slot=slot.key, records=compiled.info["records"], kernels=kernels(found, slot.stats()))
             recorded = [k["weight"] * k["best_s"] for k in data["kernels"] if k["best_s"]]
             data["estimate_ms"] = sum(recorded) * 1e3 if len(recorded) == len(found) else None

@@ -13,11 +13,12 @@ import statistics
 from pathlib import Path
 
 from common import probed
-from resaware import confine, reference
-from resaware.bench import interleaved, rel_error
+from resaware.analysis import reference
+from resaware.analysis.bench import interleaved, rel_error
 from resaware.budget import Budget
-from resaware.compiled import load, run_confined
-from resaware.model import Model
+from resaware.frontend.model import Model
+from resaware.platform import confine
+from resaware.runtime.compiled import load, run_confined
 
 ORT = "ONNX Runtime"
 

@@ -40,10 +40,10 @@ from tuning_speed import CONTESTANTS, compile_layout, race_one, snapshot
 
 import resaware
 from common import add_output_args, output_dir, read_slow, result_name, write
-from resaware import confine, hardware
+from resaware.analysis.plot import curves
 from resaware.budget import Budget
-from resaware.plot import curves
-from resaware.search import UNLIMITED
+from resaware.platform import confine, hardware
+from resaware.tuning.search import UNLIMITED
 from side_by_side import ORT, SideBySide, medians
 
 UNTUNED = "TVM untuned"

@@ -31,11 +31,11 @@ import numpy as np
 
 import resaware
 from common import add_output_args, output_dir, write
-from resaware import confine, hardware
 from resaware.budget import Budget
-from resaware.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
-from resaware.tasks import extract
-from resaware.transfer import pairwise
+from resaware.frontend.tasks import extract
+from resaware.platform import confine, hardware
+from resaware.store.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
+from resaware.tuning.transfer import pairwise
 
 WITHIN = 1.05
 
@@ -269,14 +269,14 @@ def ranking(slots, seed: int = 0) -> list[dict]:
 
 
 def predict_held_out(slots) -> list[dict]:
-    """`resaware.predict` at a budget it never saw: each slot in turn is left out and predicted from the
+    """`resaware.deploy.predict` at a budget it never saw: each slot in turn is left out and predicted from the
     others; where a stored budget's best schedules were also measured at the left-out one (the same
     candidates measured at every share, as gpu_check does), predicted and measured latencies compare."""
     import tvm_ffi
 
     from resaware.budget import Budget
-    from resaware.predict import estimate
-    from resaware.tasks import Task
+    from resaware.deploy.predict import estimate
+    from resaware.frontend.tasks import Task
 
     names = {}
     for s in slots:
@@ -309,7 +309,7 @@ def predict_held_out(slots) -> list[dict]:
 
 
 def predict_table(rows: list[dict]) -> str:
-    lines = ["resaware.predict at a share it never saw (left out, predicted from the others; measured: the same schedules timed there)",
+    lines = ["resaware.deploy.predict at a share it never saw (left out, predicted from the others; measured: the same schedules timed there)",
              f"{'left out':>9} {'schedules of':>12} {'judge':>8} {'predicted':>11} {'measured':>11} {'error':>7}  chosen"]  # fmt: skip
     for r in rows:
         error = (

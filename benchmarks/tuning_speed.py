@@ -9,7 +9,7 @@ process (so none inherits another's warm pools or caches):
                   import) and room in the builder's timeout, resaware's samples and batch size, timed
                   back to back as MetaSchedule does: the fair baseline;
   resaware        `resaware.tune` at the same budget, in its default layout (NHWC convolutions on
-                  CPU, `resaware.layout`; both stock contestants tune the model as imported, NCHW),
+                  CPU, `resaware.frontend.layout`; both stock contestants tune the model as imported, NCHW),
                   timing with the weights flushed (`measure.Timing`): its estimates read higher than
                   a warm-timed contestant's for the same kernels, so compare modules, not estimates;
   resaware x2     `resaware.tune(..., concurrency=2)`: two clients, each measuring on its own partition
@@ -49,14 +49,14 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 import resaware
 from common import add_output_args, output_dir, write
-from resaware import confine, hardware
-from resaware.bench import TOLERANCE
+from resaware.analysis.bench import TOLERANCE
+from resaware.analysis.plot import curves
 from resaware.budget import Budget
-from resaware.measure import Timing
-from resaware.plot import curves
-from resaware.search import _batch_size, phases  # the same batch size and phases
-from resaware.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
-from resaware.tasks import lower
+from resaware.frontend.tasks import lower
+from resaware.platform import confine, hardware
+from resaware.store.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
+from resaware.tuning.measure import Timing
+from resaware.tuning.search import _batch_size, phases  # the same batch size and phases
 from side_by_side import SideBySide
 
 CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware",

@@ -18,11 +18,14 @@ from those records, without tuning at deploy time.
     matrix = resaware.bench.cross_budget(model, ["50%", "100%"], ["50%", "100%"], 256, store="./store")
     resaware.plot.heatmap(matrix, "matrix.png")
 
-The heavy parts load on first use, so `resaware.load` needs only the TVM runtime. Modules, one per
-concept: budget, hardware, confine, model, zoo, layout (NHWC convolutions on CPU), tasks, store, exchange, plan, measure, search, clients,
-remote, transfer (warm start across budgets), tuning, compiling, predict, compiled, reference, bench,
-plot, cuda, mps, candidates, measure_built, doctor, cli. GPU budgets are MPS shares: kernels built here with nvcc (`candidates`, no GPU needed),
-measured on the GPU by `measure_built` with the TVM runtime alone, folded into the store.
+The heavy parts load on first use, so `resaware.load` needs only the TVM runtime. The packages, from
+the bottom up (each imports only those below it; tests/test_architecture.py holds them to it):
+`platform` (hardware, confinement, CUDA/MPS, doctor), `runtime` (what runs with the TVM runtime alone),
+`frontend` (ONNX import, zoo, layout, Winograd, tasks, plans), `store` (records, cost models, exchange),
+`tuning` (measuring, search, clients, RPC, warm start, GPU candidates), `deploy` (compile, predict),
+`analysis` (bench, reference, plots) and `cli`. GPU budgets are MPS shares: kernels built here with
+nvcc (`tuning.candidates`, no GPU needed), measured on the GPU by `runtime.measure_built` with the TVM
+runtime alone, folded into the store.
 """
 
 import os
@@ -31,40 +34,43 @@ import os
 # cores it confined itself to. Must be set before TVM's runtime starts its pool.
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 
-from .budget import Budget, BudgetError  # noqa: E402
-from .errors import ResawareError  # noqa: E402
+from resaware.budget import Budget, BudgetError  # noqa: E402
+from resaware.errors import ResawareError  # noqa: E402
 
 __all__ = ["Budget", "BudgetError", "ResawareError", "load_onnx", "tune", "compile", "load", "Store", "bench", "plot",
            "tasks", "zoo"]  # fmt: skip
 __version__ = "0.1.0"
+# Modules of the public API, by the short names users know them by.
+_SUBMODULES = {"bench": "resaware.analysis.bench", "plot": "resaware.analysis.plot", "tasks": "resaware.frontend.tasks",
+               "zoo": "resaware.frontend.zoo"}  # fmt: skip
 
 
 def __getattr__(name):
     """The API's heavy parts (the TVM compiler) load on first use: `resaware.load` needs only the runtime."""
     if name == "load_onnx":
-        from .model import load_onnx
+        from resaware.frontend.model import load_onnx
 
         return load_onnx
     if name == "tune":
-        from .tuning import tune
+        from resaware.tuning.tune import tune
 
         return tune
     if name == "compile":
-        from .compiling import compile
+        from resaware.deploy.compiling import compile
 
         return compile
     if name == "load":
-        from .compiled import load
+        from resaware.runtime.compiled import load
 
         return load
     if name == "Store":
-        from .store import Store
+        from resaware.store.store import Store
 
         return Store
-    if name in ("bench", "plot", "tasks", "zoo"):
+    if name in _SUBMODULES:
         import importlib
 
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(_SUBMODULES[name])
     raise AttributeError(f"module 'resaware' has no attribute {name!r}")
 
 

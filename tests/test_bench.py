@@ -11,9 +11,10 @@ import pytest
 from conftest import run_cli, two_cores
 
 import resaware
-from resaware import confine, reference
-from resaware.bench import ONNXRUNTIME, UNTUNED, cross_budget, robust_budget
-from resaware.store import Store
+from resaware.analysis import reference
+from resaware.analysis.bench import ONNXRUNTIME, UNTUNED, cross_budget, robust_budget
+from resaware.platform import confine
+from resaware.store.store import Store
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 

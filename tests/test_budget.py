@@ -98,7 +98,7 @@ def test_mps_percentage():
 
 def test_process_restricted_to_one_core_maps_every_budget_to_it():
     code = (
-        "from resaware import confine; from resaware.budget import Budget;"
+        "from resaware.platform import confine; from resaware.budget import Budget;"
         "u = confine.usable_cores(); print(len(u), Budget.parse('50%').cpu(u).cores == tuple(u), Budget.parse('100%').cpu(u).key)"
     )
     core = min(os.sched_getaffinity(0))

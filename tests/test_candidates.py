@@ -13,9 +13,11 @@ import pytest
 from conftest import make_small_model, reference, relative_error, run_cli
 
 import resaware
-from resaware import candidates, confine, hardware, measure_built
 from resaware.budget import Budget
-from resaware.store import Store
+from resaware.platform import confine, hardware
+from resaware.runtime import measure_built
+from resaware.store.store import Store
+from resaware.tuning import candidates
 
 ROOT = Path(__file__).parent.parent
 
@@ -27,7 +29,7 @@ def test_build_measure_with_the_runtime_alone_fold_and_compile(small_model, smal
     assert len(manifest["tasks"]) == 2 and ids and all((out / f"{i}.so").exists() for i in ids)
 
     done = subprocess.run(
-        [sys.executable, "-m", "resaware.measure_built", str(out), "--budgets", "50%,100%"],
+        [sys.executable, "-m", "resaware.runtime.measure_built", str(out), "--budgets", "50%,100%"],
         capture_output=True, text=True, timeout=600, env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -132,7 +134,7 @@ def test_tuning_by_rounds_follows_the_cost_model_after_the_first(small_model, sm
 
 
 def test_tuning_for_cuda_without_a_gpu_says_how_to_split_the_work(small_path, tmp_path):
-    from resaware import cuda
+    from resaware.platform import cuda
 
     if cuda.nvcc_path() is None or cuda.detect() is not None:
         pytest.skip("the refusal is for a machine with nvcc and no GPU, like CI's")

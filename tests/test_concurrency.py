@@ -8,11 +8,13 @@ import pytest
 from conftest import run_cli, two_cores
 
 import resaware
-from resaware import ResawareError, confine, measure
+from resaware import ResawareError
 from resaware.budget import Budget
-from resaware.clients import shard
-from resaware.store import Store
-from resaware.tasks import Task
+from resaware.frontend.tasks import Task
+from resaware.platform import confine
+from resaware.store.store import Store
+from resaware.tuning import measure
+from resaware.tuning.clients import shard
 
 
 @two_cores

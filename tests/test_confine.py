@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import two_cores, two_physical_cores
 
-from resaware import confine, measure
+from resaware.platform import confine
+from resaware.tuning import measure
 
 
 @two_cores
@@ -65,7 +66,7 @@ def test_the_tuner_keeps_off_the_measuring_core_while_a_batch_is_timed():
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    from resaware import hardware
+    from resaware.platform import hardware
 
     target = hardware.llvm_target(1)
     a = te.placeholder((1 << 20,), name="a")

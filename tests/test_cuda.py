@@ -12,7 +12,7 @@ import pytest
 from conftest import make_small_model, run_cli
 
 import resaware
-from resaware import cuda
+from resaware.platform import cuda
 
 ROOT = Path(__file__).parent.parent
 H200_STORE = ROOT / "benchmarks" / "results" / "gpu_check-h200-store.tar.gz"
@@ -90,7 +90,7 @@ def test_bad_arch_is_one_line_exit_2(small_path, tmp_path, args, message):
 def test_resnet50_compiles_for_cuda_from_records_measured_on_an_h200(tmp_path, capfd):
     """The split workflow's end: records measured on a lent H200 under MPS (benchmarks/gpu_check.py),
     folded and exported there, imported here, compiled here for sm_90 with no GPU."""
-    from resaware import exchange
+    from resaware.store import exchange
 
     store = tmp_path / "store"
     exchange.import_(H200_STORE, store)

@@ -31,7 +31,7 @@ def _commands(parser) -> dict:
 
 def cli_reference() -> str:
     """`resaware --help`, then every command's --help folded, as the README shows them (100 columns)."""
-    from resaware import cli
+    from resaware.cli import main as cli
 
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal; the README is read at any width

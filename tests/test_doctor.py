@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from resaware import confine, cuda
 from resaware.budget import Budget
+from resaware.platform import confine, cuda
 
 
 def test_doctor_reports_what_this_machine_can_do():

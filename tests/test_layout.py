@@ -10,12 +10,13 @@ from conftest import reference, relative_error, run_cli, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 import resaware
-from resaware import hardware, intrinsics
+from resaware.deploy.predict import predict
 from resaware.errors import ResawareError
-from resaware.layout import convert
-from resaware.predict import predict
-from resaware.store import Store
-from resaware.tasks import lower
+from resaware.frontend import intrinsics
+from resaware.frontend.layout import convert
+from resaware.frontend.tasks import lower
+from resaware.platform import hardware
+from resaware.store.store import Store
 
 
 def make_residual_model(path) -> str:
@@ -46,7 +47,7 @@ def residual_path(tmp_path_factory):
 
 
 def test_auto_is_nhwc_on_cpu_and_as_imported_on_cuda(residual_path):
-    from resaware import cuda
+    from resaware.platform import cuda
 
     intrinsics.register("llvm")
     model = resaware.load_onnx(residual_path)
@@ -98,7 +99,7 @@ def test_a_store_tuned_in_nchw_compiles_in_nchw_until_tuned_in_nhwc(small_path, 
 @pytest.mark.parametrize("name", ["shufflenet", "inception_v1"])
 def test_grouped_convolutions_concat_and_lrn_match_onnxruntime_in_nhwc(name, tmp_path):
     """Untuned (default schedules): the conversion, not the tuning, is what this checks."""
-    from resaware import reference
+    from resaware.analysis import reference
 
     model = resaware.load_onnx(f"zoo:{name}")
     inputs = model.random_inputs(0)

@@ -3,7 +3,7 @@ from conftest import make_small_model, make_unsupported_model
 
 import resaware
 from resaware import ResawareError
-from resaware.model import parse_shapes
+from resaware.frontend.model import parse_shapes
 
 
 def test_shapes_bind_symbolic_dims(small_path):

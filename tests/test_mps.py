@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from resaware import mps
 from resaware.budget import Budget
 from resaware.errors import ResawareError
+from resaware.platform import mps
 
 
 def test_client_environment_names_the_private_daemon_and_the_percentage(tmp_path):

@@ -9,9 +9,11 @@ import shutil
 import pytest
 
 import resaware
-from resaware import ResawareError, plot, tasks
-from resaware.store import Slot, Store
-from resaware.tuning import TuneReport
+from resaware import ResawareError
+from resaware.analysis import plot
+from resaware.frontend import tasks
+from resaware.store.store import Slot, Store
+from resaware.tuning.tune import TuneReport
 
 
 @pytest.fixture(scope="module")

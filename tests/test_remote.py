@@ -12,9 +12,11 @@ import pytest
 from conftest import two_cores
 
 import resaware
-from resaware import ResawareError, hardware, remote
+from resaware import ResawareError
 from resaware.budget import Budget
-from resaware.store import Store
+from resaware.platform import hardware
+from resaware.store.store import Store
+from resaware.tuning import remote
 
 
 def _serve(tracker, budget="50%", *extra):

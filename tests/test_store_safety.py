@@ -15,8 +15,9 @@ import pytest
 from conftest import run_cli
 
 import resaware
-from resaware import exchange, measure
-from resaware.store import Store
+from resaware.store import exchange
+from resaware.store.store import Store
+from resaware.tuning import measure
 
 
 def _slot(root, key="cpu-1of2"):
@@ -76,7 +77,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from tvm.s_tir.meta_schedule.database import TuningRecord
-    from resaware.store import Slot
+    from resaware.store.store import Slot
 
     slot = Slot.open(sys.argv[1])
     database = slot.shared_database()
@@ -181,7 +182,7 @@ def foreign_store(small_store, tmp_path):
     """The small store as if tuned on another CPU (another mcpu and ISA)."""
     from dataclasses import replace
 
-    from resaware import hardware
+    from resaware.platform import hardware
 
     here = hardware.detect()
     other = replace(here, mcpu="skylake-avx512", isa=("sse4_2", "avx", "avx2", "fma", "avx512f"), usable_cores=8)
@@ -280,7 +281,7 @@ def test_a_crashing_or_hanging_candidate_fails_alone(tmp_path):
     from tvm.s_tir.meta_schedule.runner import RunnerInput
     from tvm.script import tirx as T
 
-    from resaware import hardware
+    from resaware.platform import hardware
 
     @T.prim_func
     def fine(A: T.Buffer((16,), "float32")):

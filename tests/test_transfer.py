@@ -7,10 +7,10 @@ import pytest
 from conftest import run_cli, two_cores
 
 import resaware
-from resaware import hardware
-from resaware.predict import amdahl, predict
-from resaware.store import DONOR_MARK, Store, Validated
-from resaware.transfer import FIRST_BATCH, pairwise
+from resaware.deploy.predict import amdahl, predict
+from resaware.platform import hardware
+from resaware.store.store import DONOR_MARK, Store, Validated
+from resaware.tuning.transfer import FIRST_BATCH, pairwise
 
 
 def _slot(store, key):

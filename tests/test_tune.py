@@ -11,11 +11,14 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture
 
 import resaware
-from resaware import ResawareError, clients, confine, exchange, hardware
-from resaware.measure import ConfinedRunner, Timing, _measure_one
-from resaware.search import OPEN_BATCH, UNLIMITED, WeightedScheduler
-from resaware.store import Store
-from resaware.tasks import Task
+from resaware import ResawareError
+from resaware.frontend.tasks import Task
+from resaware.platform import confine, hardware
+from resaware.store import exchange
+from resaware.store.store import Store
+from resaware.tuning import clients
+from resaware.tuning.measure import ConfinedRunner, Timing, _measure_one
+from resaware.tuning.search import OPEN_BATCH, UNLIMITED, WeightedScheduler
 
 
 def _record_lines(slot):

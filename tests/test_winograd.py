@@ -9,9 +9,10 @@ from conftest import reference, relative_error, save_model
 from onnx import helper, numpy_helper
 
 import resaware
-from resaware import hardware, intrinsics
 from resaware.errors import ResawareError
-from resaware.tasks import lower
+from resaware.frontend import intrinsics
+from resaware.frontend.tasks import lower
+from resaware.platform import hardware
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_a_store_tuned_with_winograd_compiles_with_it_under_auto(mixed_path, tmp
 
 
 def test_winograd_is_for_cpu_targets(mixed_path):
-    from resaware import cuda
+    from resaware.platform import cuda
 
     with pytest.raises(ResawareError, match="NHWC-winograd is for CPU"):
         lower(resaware.load_onnx(mixed_path, layout="NHWC-winograd"), cuda.target("sm_90"))

@@ -3,7 +3,8 @@ import onnx
 import pytest
 from conftest import reference
 
-from resaware import ResawareError, zoo
+from resaware import ResawareError
+from resaware.frontend import zoo
 
 
 def test_names_are_the_light_models():
