@@ -26,7 +26,7 @@ from resaware.frontend import intrinsics
 from resaware.frontend.model import resolve
 from resaware.frontend.tasks import extract, lower
 from resaware.platform import confine, hardware
-from resaware.store.store import replay
+from resaware.store import replay
 from resaware.tuning import search
 from resaware.tuning.measure import ConfinedRunner, PooledBuilder, Timing, _measure_one, build_one, remove_artifact
 

@@ -31,7 +31,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerInput
 from common import add_output_args, output_dir, sample_candidates, write
 from resaware.budget import Budget
 from resaware.platform import confine, hardware
-from resaware.store.store import mean_seconds
+from resaware.store import mean_seconds
 from resaware.tuning import measure
 
 

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 from common import add_output_args, output_dir, write
-from resaware.store.store import Store
+from resaware.store import Store
 
 WRITER = """
 import sys
 from tvm.s_tir.meta_schedule.database import TuningRecord
-from resaware.store.store import Slot
+from resaware.store import Slot
 slot = Slot.open(sys.argv[1])
 database = slot.shared_database()
 base = list(slot.database().get_all_tuning_records())[0]
@@ -117,7 +117,7 @@ def corruption(store: Path, work: Path) -> dict:
             mixed += ["", damaged_lines[i]]
     path.write_text("\n".join(mixed) + "\n" + good[-1][:50])  # ends cut short, as a kill leaves it
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", f"from resaware.store.store import Slot; print(len(Slot.open({str(path.parent)!r}).database()))"],
+    done = subprocess.run([sys.executable, "-c", f"from resaware.store import Slot; print(len(Slot.open({str(path.parent)!r}).database()))"],
                           capture_output=True, text=True)  # fmt: skip
     corrupt = path.parent / (path.name + ".corrupt")
     return {"good": len(good), "damaged": len(damaged_lines) + 1, "blank": len(damaged_lines),

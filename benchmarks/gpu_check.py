@@ -171,7 +171,7 @@ def build(args) -> None:
 
     guide = None
     if args.guide_store:  # the next round: the evolutionary search of a measured budget's cost model
-        from resaware.store.store import Store
+        from resaware.store import Store
 
         wanted = f"mps-{Budget.parse(args.guide_budget).mps_percentage}"
         found = [s for s in Store.open(args.guide_store).slots(kind=args.kind) if s.key == wanted]

@@ -101,7 +101,7 @@ def recorded(store, slot_key: str | None, model: str) -> dict[str, float]:
     """Kernel name -> the best mean seconds recorded for `model`'s task of that name in the store's slot
     `slot_key` (this hardware); names repeat across models, so only the model's own tasks count."""
     from resaware.platform import hardware
-    from resaware.store.store import Store
+    from resaware.store import Store
 
     slot = next((s for s in Store.open(store).slots(hardware.detect(), "llvm") if s.key == slot_key), None)
     if slot is None:

@@ -34,7 +34,7 @@ from common import add_output_args, output_dir, write
 from resaware.budget import Budget
 from resaware.frontend.tasks import extract
 from resaware.platform import confine, hardware
-from resaware.store.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
+from resaware.store import DONOR_MARK, Store, fit, mean_seconds, replay, top_records
 from resaware.tuning.transfer import pairwise
 
 WITHIN = 1.05

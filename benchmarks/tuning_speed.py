@@ -54,7 +54,7 @@ from resaware.analysis.plot import curves
 from resaware.budget import Budget
 from resaware.frontend.tasks import lower
 from resaware.platform import confine, hardware
-from resaware.store.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
+from resaware.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
 from resaware.tuning.measure import Timing
 from resaware.tuning.search import _batch_size, phases  # the same batch size and phases
 from side_by_side import SideBySide

@@ -64,7 +64,7 @@ def __getattr__(name):
 
         return load
     if name == "Store":
-        from resaware.store.store import Store
+        from resaware.store import Store
 
         return Store
     if name in _SUBMODULES:

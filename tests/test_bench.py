@@ -14,7 +14,7 @@ import resaware
 from resaware.analysis import reference
 from resaware.analysis.bench import ONNXRUNTIME, UNTUNED, cross_budget, robust_budget
 from resaware.platform import confine
-from resaware.store.store import Store
+from resaware.store import Store
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 

@@ -16,7 +16,7 @@ import resaware
 from resaware.budget import Budget
 from resaware.platform import confine, hardware
 from resaware.runtime import measure_built
-from resaware.store.store import Store
+from resaware.store import Store
 from resaware.tuning import candidates
 
 ROOT = Path(__file__).parent.parent

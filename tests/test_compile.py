@@ -11,7 +11,7 @@ from conftest import reference, relative_error, two_cores
 
 import resaware
 from resaware import ResawareError
-from resaware.store.store import Slot, nearest
+from resaware.store import Slot, nearest
 
 
 def _check_against_onnxruntime(compiled, model, path):

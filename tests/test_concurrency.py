@@ -12,7 +12,7 @@ from resaware import ResawareError
 from resaware.budget import Budget
 from resaware.frontend.tasks import Task
 from resaware.platform import confine
-from resaware.store.store import Store
+from resaware.store import Store
 from resaware.tuning import measure
 from resaware.tuning.clients import shard
 

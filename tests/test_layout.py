@@ -16,7 +16,7 @@ from resaware.frontend import intrinsics
 from resaware.frontend.layout import convert
 from resaware.frontend.tasks import lower
 from resaware.platform import hardware
-from resaware.store.store import Store
+from resaware.store import Store
 
 
 def make_residual_model(path) -> str:

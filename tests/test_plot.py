@@ -12,7 +12,7 @@ import resaware
 from resaware import ResawareError
 from resaware.analysis import plot
 from resaware.frontend import tasks
-from resaware.store.store import Slot, Store
+from resaware.store import Slot, Store
 from resaware.tuning.tune import TuneReport
 
 

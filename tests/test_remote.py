@@ -15,7 +15,7 @@ import resaware
 from resaware import ResawareError
 from resaware.budget import Budget
 from resaware.platform import hardware
-from resaware.store.store import Store
+from resaware.store import Store
 from resaware.tuning import remote
 
 

@@ -15,8 +15,7 @@ import pytest
 from conftest import run_cli
 
 import resaware
-from resaware.store import exchange
-from resaware.store.store import Store
+from resaware.store import Store, exchange
 from resaware.tuning import measure
 
 
@@ -77,7 +76,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from tvm.s_tir.meta_schedule.database import TuningRecord
-    from resaware.store.store import Slot
+    from resaware.store import Slot
 
     slot = Slot.open(sys.argv[1])
     database = slot.shared_database()

@@ -9,8 +9,8 @@ from conftest import run_cli, two_cores
 import resaware
 from resaware.deploy.predict import amdahl, predict
 from resaware.platform import hardware
-from resaware.store.store import DONOR_MARK, Store, Validated
-from resaware.tuning.transfer import FIRST_BATCH, pairwise
+from resaware.store import DONOR_MARK, Store, Validated
+from resaware.tuning.transfer import FIRST_BATCH, pairwise, shared_database
 
 
 def _slot(store, key):
@@ -42,7 +42,7 @@ def test_a_new_budget_starts_from_the_nearest_tuned_one(small_model, warm_store,
     # The cold start's first round is one batch of trials/tasks per task; the warm start's is FIRST_BATCH
     # (a batch may come back short when the search finds fewer new candidates).
     batch = COLD // len(cold.tasks)
-    assert _steps(cold)[:3] == [batch] * 3 and max(_steps(warm)) == FIRST_BATCH
+    assert max(_steps(cold)[:3]) == batch and max(_steps(warm)) == FIRST_BATCH
     assert warm.trials_total == WARM and warm.warm_from == "cpu-2of2" and cold.warm_from is None
     # Its cost model learnt the donor's records as groups of their own, then its own records.
     model = slot.load_cost_model(1)
@@ -63,7 +63,7 @@ def test_a_new_budget_starts_from_the_nearest_tuned_one(small_model, warm_store,
     retrained.rebuild_cost_model()
     assert retrained.load_cost_model(1).data_size == cold.trials_total + WARM
     # The search's initial population: the budget's own best first, the donor's best where it has too few.
-    database, donor_db = slot.shared_database(donor), donor.database()
+    database, donor_db = shared_database(slot, donor), donor.database()
     record = next(iter(donor_db.get_all_tuning_records()))
     workload = database.commit_workload(record.workload.mod)
     own = database.inner.get_top_k(workload, 100)

@@ -14,8 +14,7 @@ import resaware
 from resaware import ResawareError
 from resaware.frontend.tasks import Task
 from resaware.platform import confine, hardware
-from resaware.store import exchange
-from resaware.store.store import Store
+from resaware.store import Store, exchange
 from resaware.tuning import clients
 from resaware.tuning.measure import ConfinedRunner, Timing, _measure_one
 from resaware.tuning.search import OPEN_BATCH, UNLIMITED, WeightedScheduler

@@ -64,7 +64,7 @@ def _budget_results(report) -> list:
 
 def _store_lines(source, model: str | None) -> list[tuple[str, list[tuple[float, float]]]]:
     """(label, [(records so far, estimated ms)]) per budget, from the store's records in the order measured."""
-    from resaware.store.store import Slot, Store
+    from resaware.store import Slot, Store
 
     if isinstance(source, Store):
         from resaware.platform import hardware

@@ -436,7 +436,7 @@ def _cmd_candidates(args):
         if code:
             raise SystemExit(code)
     else:
-        from resaware.store.store import Store
+        from resaware.store import Store
         from resaware.tuning.candidates import fold
 
         added = fold(args.directory, args.store)
@@ -451,8 +451,7 @@ def _cmd_doctor(args):
 
 
 def _cmd_store(args):
-    from resaware.store import exchange
-    from resaware.store.store import Store
+    from resaware.store import Store, exchange
 
     if args.store_command == "show":
         print(Store.open(args.store).show(verbose=args.verbose))

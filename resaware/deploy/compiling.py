@@ -22,7 +22,7 @@ from resaware.frontend.model import resolve
 from resaware.frontend.tasks import Task, extract, lower
 from resaware.platform import confine, hardware, quiet
 from resaware.runtime.compiled import CompiledModel
-from resaware.store.store import Slot, Store, nearest, trained
+from resaware.store import Slot, Store, nearest, trained
 
 
 def _say(message: str) -> None:

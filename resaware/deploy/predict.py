@@ -17,7 +17,7 @@ import numpy as np
 from resaware.budget import Budget
 from resaware.errors import ResawareError
 from resaware.frontend.tasks import Task
-from resaware.store.store import Slot, mean_seconds, nearest, ranks, replay, top_records
+from resaware.store import Slot, mean_seconds, nearest, ranks, replay, top_records
 
 SPREAD = 4.0  # a cost model's relative score is trusted within this factor of the judge's best
 
@@ -175,7 +175,7 @@ def predict(
     from resaware.frontend import intrinsics
     from resaware.frontend.model import resolve
     from resaware.platform import confine, hardware
-    from resaware.store.store import Store
+    from resaware.store import Store
 
     intrinsics.register("llvm")
     model = resolve(model, shapes, layout)

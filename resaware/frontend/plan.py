@@ -17,11 +17,11 @@ import tvm
 
 from resaware.budget import Budget
 from resaware.errors import ResawareError
+from resaware.files import write_json
 from resaware.frontend import intrinsics
 from resaware.frontend.model import Model, load_onnx, read_onnx
 from resaware.frontend.tasks import Task, extract
 from resaware.platform import hardware
-from resaware.store.store import write_json
 
 FORMAT = 1
 

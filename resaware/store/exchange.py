@@ -17,10 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvm.s_tir.meta_schedule.database import Workload
-
+from resaware import files
 from resaware.errors import ResawareError
-from resaware.store.store import Slot, Store, read_json, write_json
+from resaware.files import read_json, write_json
+from resaware.store import Slot, Store, records
 
 ARCHIVE_ROOT = "resaware-store"
 
@@ -39,21 +39,16 @@ class Merged:
         return f"  {self.slot:<60} {self.records:>7} records: {self.added:>6} added, {self.duplicates:>6} already there"
 
 
-def _identities(slot: Slot) -> tuple[dict[int, str], list[tuple[tuple[str, str], str]]]:
-    """Workload index -> workload hash, and per record line ((workload hash, trace), record body).
-    A candidate is its workload and trace: MetaSchedule measures each once per store."""
-    hashes = {}
-    if slot.workload_file.exists():
-        for i, line in enumerate(line for line in slot.workload_file.read_text().splitlines() if line.strip()):
-            hashes[i] = json.loads(line)[0]
-    records = []
-    if slot.record_file.exists():
-        for line in slot.record_file.read_text().splitlines():
-            if line.strip():
-                index, body = json.loads(line)
-                trace = json.dumps(body[0], separators=(",", ":"), sort_keys=True)
-                records.append(((hashes[index], trace), json.dumps(body, separators=(",", ":"))))
-    return hashes, records
+def known_candidates(slot: Slot) -> tuple[list[int | None], list[tuple[tuple[int, str], records.RecordLine]]]:
+    """Workload index -> workload hash, and per record line ((workload hash, trace), the record). A
+    candidate is its workload and trace: MetaSchedule measures each once per store. Hold the records
+    lock, and repair the slot first: every line then parses."""
+    hashes = records.workload_hashes(slot.workload_file)
+    found = []
+    for _, line, _ in records.lines(slot.record_file):
+        record = records.parse_record(line)
+        found.append(((hashes[record.workload], record.trace), record))
+    return hashes, found
 
 
 def merge_slot(source: Slot, into: Store) -> Merged:
@@ -65,22 +60,25 @@ def merge_slot(source: Slot, into: Store) -> Merged:
         if (caches := source.caches()) is not None and source.kind == "llvm":
             target.refuse_other_caches(caches, f"those of {source.path.parent.parent.parent}")
             target.time_as(caches)
-        target.commit_workloads(
-            [Workload.from_json(json.loads(line)).mod for line in source.workload_file.read_text().splitlines()]
-        )
-        with source.records_locked():  # whole lines, even if a tuner appends to the source meanwhile
-            _, theirs = _identities(source)
+        # Workloads and records read under the source's lock, together: a tuner committing a workload and
+        # its records meanwhile would otherwise leave records pointing past the workloads read.
+        with source.records_locked():
+            source.repair()  # a process killed mid-append since leaves a cut line
+            mods = records.workload_modules(source.workload_file)
+            _, theirs = known_candidates(source)
+        target.commit_workloads(mods)
         with target.records_locked():
-            hashes, ours = _identities(target)
-            index = {h: i for i, h in hashes.items()}
+            target.repair()
+            hashes, ours = known_candidates(target)
+            index = {h: i for i, h in enumerate(hashes)}
             seen = {candidate for candidate, _ in ours}
             new = []
-            for candidate, body in theirs:
+            for candidate, record in theirs:
                 if candidate not in seen:
                     seen.add(candidate)
-                    new.append(f"[{index[candidate[0]]},{body}]\n")
-            with open(target.record_file, "a") as f:
-                f.write("".join(new))
+                    new.append(record.line(index[candidate[0]]) + b"\n")
+            with open(target.record_file, "ab") as f:
+                f.write(b"".join(new))
                 f.flush()
                 os.fsync(f.fileno())
         _merge_side_files(source, target)
@@ -131,8 +129,7 @@ def export(store: Store | str | os.PathLike, path: str | os.PathLike) -> Path:
         raise ResawareError(f"store {store.root} has no budgets to export: tune a model first")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with files.replacing(path) as tmp, tarfile.open(tmp, "w:gz") as tar:
         for hw in store.hardware():
             tar.add(store.root / hw.id / "hardware.json", f"{ARCHIVE_ROOT}/{hw.id}/hardware.json")
         for slot in slots:
@@ -141,7 +138,6 @@ def export(store: Store | str | os.PathLike, path: str | os.PathLike) -> Path:
                 for file in sorted(slot.path.iterdir()):
                     if file.is_file() and not file.name.startswith("."):
                         tar.add(file, f"{ARCHIVE_ROOT}/{file.relative_to(store.root)}")
-    os.replace(tmp, path)
     return path
 
 

@@ -73,7 +73,7 @@ def sample(task, target, count: int, seed: int, database=None, cost_model=None) 
     from tvm.s_tir import meta_schedule as ms
 
     from resaware.platform import confine, quiet
-    from resaware.store.store import trained
+    from resaware.store import trained
     from resaware.tuning.search import _search
 
     guided = database is not None and trained(cost_model)
@@ -202,8 +202,9 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
     from tvm.s_tir import meta_schedule as ms
 
     from resaware.frontend.tasks import Task
-    from resaware.store.exchange import _identities
-    from resaware.store.store import FAILED, Store
+    from resaware.store import FAILED, Store
+    from resaware.store.exchange import known_candidates
+    from resaware.store.records import RecordLine
 
     directory = Path(directory)
     if not (directory / TIMINGS).exists():
@@ -231,9 +232,9 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
             slot.commit_workloads(mods)
             database = slot.shared_database()
             workloads = [database.commit_workload(mod) for mod in mods]
-            hashes = [str(tvm_ffi.structural_hash(mod)) for mod in mods]  # as the workload file spells them
+            hashes = [int(tvm_ffi.structural_hash(mod)) for mod in mods]
             with slot.records_locked():
-                _, existing = _identities(slot)
+                _, existing = known_candidates(slot)
             seen = {candidate for candidate, _ in existing}
             count = 0
             for candidate in manifest["candidates"]:
@@ -241,8 +242,7 @@ def fold(directory: str | os.PathLike, store=None) -> dict[str, int]:
                 if result is None or candidate["record"] is None:
                     continue
                 record = ms.database.TuningRecord.from_json(candidate["record"], workloads[candidate["task"]])
-                trace = json.dumps(candidate["record"][0], separators=(",", ":"), sort_keys=True)
-                identity = (hashes[candidate["task"]], trace)
+                identity = (hashes[candidate["task"]], RecordLine(candidate["task"], candidate["record"]).trace)
                 if identity in seen:
                     continue
                 seen.add(identity)
@@ -290,7 +290,7 @@ def tune(model, kind: str, budgets, trials: int, store=None, per_round: int = 8,
     from resaware.budget import Budget
     from resaware.frontend.model import resolve
     from resaware.runtime.measure_built import measure
-    from resaware.store.store import Store
+    from resaware.store import Store
 
     model = resolve(model)
     store = Store.open(store)

@@ -43,7 +43,8 @@ from resaware.errors import ResawareError
 from resaware.frontend import intrinsics
 from resaware.frontend.tasks import Task
 from resaware.platform import confine, hardware
-from resaware.store.store import Slot
+from resaware.store import Slot
+from resaware.tuning import transfer
 from resaware.tuning.measure import ConfinedRunner, PooledBuilder, Timing, TunerCores, worker_state
 from resaware.tuning.search import UNLIMITED, Progress, _batch_size, open_ended, phases, search_rounds
 
@@ -313,7 +314,7 @@ def main(spec_path: str) -> None:
     cores = tuple(spec["cores"])
     donor = Slot.open(spec["donor"]) if spec.get("donor") else None
     report = tune_shard(
-        tasks, slot, slot.shared_database(donor), hardware.llvm_target(len(cores)), cores, tuple(spec["tuner_cores"]),
+        tasks, slot, transfer.shared_database(slot, donor), hardware.llvm_target(len(cores)), cores, tuple(spec["tuner_cores"]),
         spec["trials"], spec["before"], spec["seed"], spec["deadline"], Timing(**spec["timing"]), on_batch,
         slot.client_cost_model_file(spec["client"]),
         first_batch=spec.get("first_batch"),

@@ -24,7 +24,7 @@ from tvm.s_tir.meta_schedule.utils import shash2hex
 from resaware.errors import last_line
 from resaware.frontend.tasks import Task
 from resaware.platform import quiet
-from resaware.store.store import mean_seconds, ranks, workload_stats
+from resaware.store import mean_seconds, ranks, workload_stats
 from resaware.tuning.transfer import pairwise
 
 UNLIMITED = 10**8  # the trial count of a run bounded by time alone (TVM counts trials in int32)

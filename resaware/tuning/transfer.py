@@ -14,7 +14,7 @@ on this CPU, and a search that stalls near a weak donor's schedules in the fourt
 
 from __future__ import annotations
 
-from resaware.store.store import DONOR_MARK, Slot, Store, fit, nearest, top_records
+from resaware.store import DONOR_MARK, Slot, Store, fit, nearest, top_records
 
 FIRST_BATCH = 4  # candidates per task in a warm-started budget's first round
 
@@ -64,6 +64,12 @@ def seed_cost_model(slot: Slot, donor: Slot, workloads: set[int] | None = None, 
     fit(model, records, slot.kind, threads, group=f"{DONOR_MARK}{donor.key}")
     slot.save_cost_model(model)
     return model.data_size - before
+
+
+def shared_database(slot: Slot, donor: Slot | None):
+    """`slot`'s database for a tuner appending to it, with `donor`'s best schedules filling the initial
+    population where `slot` has too few (no donor: `slot`'s own only)."""
+    return slot.shared_database(Donor(donor) if donor is not None else None)
 
 
 class Donor:

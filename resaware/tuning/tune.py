@@ -31,7 +31,7 @@ from resaware.frontend.model import Model, resolve
 from resaware.frontend.plan import Plan
 from resaware.frontend.tasks import Task, extract, lower
 from resaware.platform import confine, hardware, quiet
-from resaware.store.store import Slot, Store, mean_seconds
+from resaware.store import Slot, Store, mean_seconds
 from resaware.tuning import clients, remote, transfer
 from resaware.tuning.clients import ClientReport
 from resaware.tuning.measure import ConfinedRunner, Timing, build_one, remove_artifact
@@ -337,7 +337,7 @@ def _here(share: CpuShare, k: int, slot: Slot, target, trials: int, seed: int, t
         k_ = min(k, len(tasks))
         if k_ == 1:
             tuner = tuple(sorted({*share.cores, *share.spare(1)}))
-            return [clients.tune_shard(tasks, slot, slot.shared_database(donor), target, share.cores, tuner, trials,
+            return [clients.tune_shard(tasks, slot, transfer.shared_database(slot, donor), target, share.cores, tuner, trials,
                                        before, seed, deadline, timing, on_batch, first_batch=first_batch)]  # fmt: skip
         partitions = [p.cores for p in share.partitions(k_)]
         # Some client is always timing a batch: no client's own work goes on a sibling of any partition's core.
@@ -354,7 +354,7 @@ def _through(tracker: str, name: str, servers: int, slot: Slot, target, cores, t
     def measure(tasks, before, deadline, on_batch, donor, first_batch):
         here = tuple(confine.usable_cores())
         runner = remote.runner(tracker, name, servers, timing)
-        return [clients.tune_shard(tasks, slot, slot.shared_database(donor), target, cores, here, trials, before, seed,
+        return [clients.tune_shard(tasks, slot, transfer.shared_database(slot, donor), target, cores, here, trials, before, seed,
                                    deadline, timing, on_batch, runner=runner, first_batch=first_batch)]  # fmt: skip
 
     return measure
