@@ -35,7 +35,7 @@ from common import add_output_args, output_dir, read_slow, result_name, round_tr
 from resaware.budget import Budget
 from resaware.errors import ResawareError
 from resaware.platform.confine import run_pinned, usable_cores
-from resaware.runtime.compiled import _times, run_confined
+from resaware.runtime.compiled import child_times, run_confined
 
 
 def _median_s(call, seconds: float, before=None) -> float:
@@ -185,7 +185,7 @@ def main() -> None:
         done = run_pinned(argv, share.cores, {"TVM_USE_RUNTIME_LIB": "1"})
         trips += [round_trip_ns(*share.cores[:2])] if share.count > 1 else []
         try:
-            measured = _times(done)  # the child's last line, or its last error line
+            measured = child_times(done)  # the child's last line, or its last error line
         except ResawareError as error:
             raise SystemExit(str(error)) from None
         watch = []

@@ -33,7 +33,7 @@ from common import add_output_args, output_dir, result_name, write
 from resaware.budget import Budget
 from resaware.errors import ResawareError, last_line
 from resaware.platform.confine import run_pinned, usable_cores
-from resaware.runtime.compiled import _times
+from resaware.runtime.compiled import child_times
 
 # Independent accumulator chains: enough to cover FMA latency x FMA pipes (4 x 2 on current x86), few
 # enough to stay in registers (16 vector registers without AVX-512, 32 with it).
@@ -131,7 +131,7 @@ def sgemm(cores: list[int], n: int, seconds: float) -> dict:
     argv = [sys.executable, __file__, "--sgemm-child", str(n), "--seconds", str(seconds)]
     done = run_pinned(argv, cores, {"OPENBLAS_NUM_THREADS": str(len(cores))})
     try:
-        return _times(done)  # the child's last line, or its last error line
+        return child_times(done)  # the child's last line, or its last error line
     except ResawareError as error:
         raise SystemExit(f"the sgemm child failed: {error}") from None
 

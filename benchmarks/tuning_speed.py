@@ -56,7 +56,7 @@ from resaware.frontend.tasks import lower
 from resaware.platform import confine, hardware
 from resaware.store import Store, mean_seconds  # mean_seconds: a record's mean, as the tuner takes it
 from resaware.tuning.measure import Timing
-from resaware.tuning.search import _batch_size, phases  # the same batch size and phases
+from resaware.tuning.search import batch_size, phases  # the same batch size and phases
 from side_by_side import SideBySide
 
 CONTESTANTS = {"defaults": "stock defaults", "expert": "stock expert", "resaware": "resaware",
@@ -117,7 +117,7 @@ def _stock(model, expert: bool, cores: int, trials: int, seed: int, cap_s: float
             runner=ms.runner.LocalRunner(evaluator_config=Timing(flush=False).evaluator()),  # stock times warm
             # Every task gets a batch before any gets two: 64 per batch on 30 tasks and 256 trials would
             # tune four kernels and leave the rest untouched.
-            num_trials_per_iter=_batch_size(trials, n_tasks),
+            num_trials_per_iter=batch_size(trials, n_tasks),
         )
     else:
         target = tvm.target.Target({"kind": "llvm", "num-cores": cores})

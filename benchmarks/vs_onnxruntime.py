@@ -17,7 +17,7 @@ import sys
 
 from common import add_output_args, output_dir, write
 from resaware.analysis.bench import ONNXRUNTIME, cross_budget, tuned_label
-from resaware.cli.main import parse_duration
+from resaware.cli.parser import parse_duration
 
 MODELS = "zoo:resnet50,zoo:squeezenet,zoo:shufflenet,zoo:inception_v1,zoo:densenet121,zoo:encoder"
 

@@ -26,7 +26,7 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     block ends it is fsynced and renamed over `path`; if the block raises, it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)  # TVM reads the suffix
     umask = os.umask(0)  # mkstemp makes the file private to its owner; give it the mode `open` would
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
@@ -81,3 +81,14 @@ def locked(path: str | os.PathLike, busy: str | None = None) -> Iterator[None]:
         yield
     finally:
         held.release()
+
+
+def try_lock(path: str | os.PathLike) -> FileLock | None:
+    """A lock on `path` held now if nobody holds it (another lock object of this process included),
+    else None. It is released by `release()` or when the process ends."""
+    held = FileLock(str(path), thread_local=False, preserve_lock_file=True)
+    try:
+        held.acquire(blocking=False)
+    except Timeout:
+        return None
+    return held

@@ -31,12 +31,12 @@ def _commands(parser) -> dict:
 
 def cli_reference() -> str:
     """`resaware --help`, then every command's --help folded, as the README shows them (100 columns)."""
-    from resaware.cli import main as cli
+    from resaware.cli import parser as cli
 
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal; the README is read at any width
     try:
-        parser = cli._parser()
+        parser = cli.parser()
         parts = ["```", "$ resaware --help", parser.format_help().rstrip(), "```", ""]
         pending = [(f"resaware {name}", sub) for name, sub in _commands(parser).items()]
         while pending:

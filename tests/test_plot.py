@@ -13,7 +13,7 @@ from resaware import ResawareError
 from resaware.analysis import plot
 from resaware.frontend import tasks
 from resaware.store import Slot, Store
-from resaware.tuning.tune import TuneReport
+from resaware.tuning.report import TuneReport
 
 
 @pytest.fixture(scope="module")

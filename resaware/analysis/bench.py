@@ -27,7 +27,8 @@ from resaware.errors import ResawareError
 from resaware.frontend.model import resolve
 from resaware.platform import confine
 from resaware.runtime.compiled import run_confined
-from resaware.tuning.tune import TuneReport, tune
+from resaware.tuning.report import TuneReport
+from resaware.tuning.tune import tune
 
 UNTUNED, ONNXRUNTIME = "untuned", "onnxruntime"
 TOLERANCE = 1e-4  # max|tvm - onnxruntime| / max|onnxruntime| for outputs to count as equal

@@ -14,7 +14,7 @@ import tempfile
 import numpy as np
 
 from resaware.frontend.model import Model, TensorSpec
-from resaware.runtime.compiled import Latency, _times, time_calls
+from resaware.runtime.compiled import Latency, child_times, time_calls
 
 
 def session(model_path: str, threads: int | None = None):
@@ -59,7 +59,7 @@ def latency(model: Model, cores, budget: str, repeat: int = 10, warmup: int = 3,
         done = run_pinned(
             [sys.executable, "-m", "resaware.analysis.reference", onnx_path(model, tmp), json.dumps(options)], cores
         )
-    return Latency.from_times(_times(done), budget, cores)
+    return Latency.from_times(child_times(done), budget, cores)
 
 
 def _time_main(path: str, options: dict) -> list[float]:

@@ -171,7 +171,7 @@ def predict(
 ) -> Prediction:
     """Predict `model`'s kernel latency at `budget` for each stored budget's schedules (CPU budgets), in
     the convolutions' layout `compile` would choose (`compiling.lower_as_tuned`, by the nearest budget)."""
-    from resaware.deploy.compiling import lower_as_tuned
+    from resaware.deploy.lowering import lower_as_tuned
     from resaware.frontend import intrinsics
     from resaware.frontend.model import resolve
     from resaware.platform import confine, hardware

@@ -89,6 +89,7 @@ def of(model, budget="100%", target: str = "llvm", arch: str | None = None) -> l
         from resaware.platform import cuda
 
         cuda.prepare_build()
+        intrinsics.register("cuda")
         return extract(resolve(model), cuda.target(arch))
     if target != "llvm":
         raise ResawareError(f"target {target!r} is not one resaware tunes for: use llvm (CPU) or cuda")

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from resaware import files
 from resaware.errors import ResawareError
 
 _NAMES = (
@@ -157,10 +158,8 @@ def path(name: str, seed: int = 0) -> str:
             if not source.exists():
                 raise ResawareError(f"the installed onnx package lacks {source}: reinstall onnx")
             model = materialise(onnx.load(source), seed)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        onnx.save(model, tmp)
-        os.replace(tmp, target)  # readers never see half a file
+        with files.replacing(target) as tmp:  # readers never see half a file
+            onnx.save(model, str(tmp))
     return str(target)
 
 

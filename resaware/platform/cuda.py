@@ -121,9 +121,6 @@ def prepare_build() -> bool:
     driver = load_runtime()
     import tvm.support.nvcc  # noqa: F401  registers TVM's compile callback
 
-    from resaware.frontend import intrinsics
-
-    intrinsics.register("cuda")
     return driver
 
 

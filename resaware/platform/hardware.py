@@ -12,7 +12,7 @@ from functools import cache
 from resaware.platform import confine
 
 # ISA extensions that change what LLVM can emit for the kernels we tune.
-_ISA_FLAGS = (
+ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
     "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
     "asimd", "sve", "sve2", "asimddp", "i8mm", "bf16",
@@ -101,7 +101,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "cpu"
 
 
-def _cpuinfo() -> tuple[str, set[str]]:
+def cpuinfo() -> tuple[str, set[str]]:
     model, flags = platform.processor() or "unknown", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -129,11 +129,11 @@ def detect() -> Hardware:
     """Describe this machine as this process sees it (its affinity decides the usable cores)."""
     import tvm
 
-    model, flags = _cpuinfo()
+    model, flags = cpuinfo()
     return Hardware(
         cpu_model=model,
         mcpu=host_mcpu(),
-        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        isa=tuple(f for f in ISA_FLAGS if f in flags),
         usable_cores=len(confine.usable_cores()),
         tvm_version=str(tvm.__version__),
     )

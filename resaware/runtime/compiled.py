@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from resaware import files
 from resaware.budget import Budget
 from resaware.errors import ResawareError, last_line
+from resaware.runtime.spec import TensorSpec
 
 SIDECAR = ".resaware.json"
 
@@ -138,25 +140,17 @@ class CompiledModel:
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Seeded random inputs of the right shapes and dtypes (as `Model.random_inputs` makes them)."""
-        from resaware.frontend.model import TensorSpec
-
         rng = np.random.default_rng(seed)
         return [TensorSpec.from_json(spec).random(rng) for spec in self.inputs]
 
     def export(self, path: str | os.PathLike) -> str:
         """Write the shared library to `path` and its provenance beside it; returns the path."""
         path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.so")
         from resaware.platform.quiet import native_stderr
 
-        with native_stderr():
-            self._module.export_library(tmp)
-        os.replace(tmp, path)
-        with open(path + SIDECAR + ".tmp", "w") as f:
-            json.dump(self.info, f, indent=1)
-        os.replace(path + SIDECAR + ".tmp", path + SIDECAR)
+        with files.replacing(path) as tmp, native_stderr():
+            self._module.export_library(str(tmp))
+        files.write_json(path + SIDECAR, self.info)
         self.path = path
         return path
 
@@ -227,10 +221,10 @@ def run_confined(
         cores,
         {"TVM_USE_RUNTIME_LIB": "1"},
     )
-    return Latency.from_times(_times(done), budget, sorted(cores))
+    return Latency.from_times(child_times(done), budget, sorted(cores))
 
 
-def _times(done) -> list[float]:
+def child_times(done) -> list[float]:
     """The per-run milliseconds a timing child printed last, or its last error line."""
     if done.returncode != 0:
         last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit code {done.returncode}"

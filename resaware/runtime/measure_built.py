@@ -229,10 +229,10 @@ def _split(items: list, k: int) -> list[list]:
 
 def _machine(manifest: dict, options: dict) -> dict:
     """What the timings were measured on (the store's hardware for them)."""
-    from resaware.platform.hardware import _ISA_FLAGS, _cpuinfo
+    from resaware.platform.hardware import ISA_FLAGS, cpuinfo
 
-    model, flags = _cpuinfo()
-    machine = {"cpu_model": model, "isa": [f for f in _ISA_FLAGS if f in flags], "machine": platform.machine(),
+    model, flags = cpuinfo()
+    machine = {"cpu_model": model, "isa": [f for f in ISA_FLAGS if f in flags], "machine": platform.machine(),
                "usable_cores": len(os.sched_getaffinity(0))}  # fmt: skip
     if manifest["device"] == "cuda":
         machine.update(_gpu_facts(options))

@@ -45,10 +45,9 @@ def _init_worker(kind: str) -> None:
         from resaware.platform import cuda
 
         cuda.prepare_build()
-    else:
-        from resaware.frontend import intrinsics
+    from resaware.frontend import intrinsics
 
-        intrinsics.register(kind)
+    intrinsics.register(kind)
 
 
 def _build_one(mod_json: str, target_json: str, path: str) -> str | None:
@@ -74,10 +73,10 @@ def sample(task, target, count: int, seed: int, database=None, cost_model=None) 
 
     from resaware.platform import confine, quiet
     from resaware.store import trained
-    from resaware.tuning.search import _search
+    from resaware.tuning.search import evolutionary
 
     guided = database is not None and trained(cost_model)
-    strategy = _search(count, lean=target.kind.name != "cuda") if guided else ms.search_strategy.ReplayTrace()
+    strategy = evolutionary(count, lean=target.kind.name != "cuda") if guided else ms.search_strategy.ReplayTrace()
     context = ms.TuneContext(
         mod=task.mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
         task_name=task.name, rand_state=seed, num_threads=len(confine.usable_cores()) if guided else 1,
@@ -111,9 +110,11 @@ def build(model, kind: str, directory: str | os.PathLike, per_task: int = 16, to
     from resaware.platform import confine, hardware
 
     if kind == "cuda":
+        from resaware.frontend import intrinsics
         from resaware.platform import cuda
 
         cuda.prepare_build()
+        intrinsics.register("cuda")
         target = cuda.target(arch)
     elif kind == "llvm":
         from resaware.frontend import intrinsics

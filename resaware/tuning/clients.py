@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import tvm
@@ -46,31 +46,8 @@ from resaware.platform import confine, hardware
 from resaware.store import Slot
 from resaware.tuning import transfer
 from resaware.tuning.measure import ConfinedRunner, PooledBuilder, Timing, TunerCores, worker_state
-from resaware.tuning.search import UNLIMITED, Progress, _batch_size, open_ended, phases, search_rounds
-
-
-@dataclass
-class ClientReport:
-    """What one client did: where it measured, where its search and builds ran, and its time split."""
-
-    cores: list[int]
-    tuner_cores: list[int]
-    tasks: int
-    trials: int
-    wall_s: float
-    stopped_by: str
-    phases: dict[str, float]  # search, cost_model, build, run, other (seconds)
-    window: tuple[float, float] = (0.0, 0.0)  # when it tuned, seconds since the epoch
-    worker_cores: list[int] | None = None  # every thread mask of its measuring worker, read from inside it
-    # Seconds its worker spent timing batches. The "run" phase is the time the tuner waited for them, less
-    # when it searched meanwhile (`measure.TunerCores`); None: measured elsewhere (RPC), "run" it is.
-    measuring_s: float | None = None
-
-    @property
-    def measure_rate(self) -> float | None:
-        """Candidates measured per second of measuring."""
-        run = self.measuring_s if self.measuring_s is not None else self.phases.get("run", 0.0)
-        return self.trials / run if run > 0 else None
+from resaware.tuning.report import ClientReport
+from resaware.tuning.search import UNLIMITED, Progress, batch_size, open_ended, phases, search_rounds
 
 
 def shard(tasks: list[Task], k: int, trials: int, existing: list[int] | None = None) -> list[tuple[list[int], int]]:
@@ -82,7 +59,7 @@ def shard(tasks: list[Task], k: int, trials: int, existing: list[int] | None = N
     k = max(1, min(k, len(tasks)))
     existing = existing or [0] * len(tasks)
     total = sum(existing) + trials
-    batch = _batch_size(total, len(tasks))
+    batch = batch_size(total, len(tasks))
     shares = [max(t.weight * t.flops, 1.0) for t in tasks]
     extra = max(0, total - batch * len(tasks))
     need = [max(0.0, batch + extra * s / sum(shares) - n) for s, n in zip(shares, existing)]

@@ -12,7 +12,6 @@ loopback unless told otherwise.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import re
@@ -22,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from resaware import files
 from resaware.budget import Budget, CpuShare
 from resaware.errors import ResawareError
 from resaware.platform import confine, hardware
@@ -67,17 +67,13 @@ def claim(budget: Budget, partition: int | None) -> tuple[CpuShare, list]:
         part = budget.cpu(usable, i)
         held = []
         for core in part.cores:
-            handle = open(LOCK_DIR / f"core{core}.lock", "w")
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
+            if (lock := files.try_lock(LOCK_DIR / f"core{core}.lock")) is None:
                 break
-            held.append(handle)
+            held.append(lock)
         if len(held) == part.count:
             return part, held
-        for handle in held:
-            handle.close()
+        for lock in held:
+            lock.release()
     which = f"partition {partition}" if partition is not None else f"any of its {share.max_concurrency} partitions"
     raise ResawareError(f"budget {budget}: {which} is held by another `resaware serve` here (locks in {LOCK_DIR})")
 

@@ -36,7 +36,7 @@ def open_ended(trials: int) -> bool:
     return trials > UNLIMITED // 2
 
 
-def _batch_size(trials: int, n_tasks: int) -> int:
+def batch_size(trials: int, n_tasks: int) -> int:
     """Candidates per batch: the trials spread over every task, 4 to 64; a run bounded by time alone
     takes small batches, so that every task has records early and the time goes where latency is."""
     if open_ended(trials):
@@ -44,7 +44,7 @@ def _batch_size(trials: int, n_tasks: int) -> int:
     return max(4, min(64, trials // max(n_tasks, 1)))
 
 
-def _search(batch: int, lean: bool = True):
+def evolutionary(batch: int, lean: bool = True):
     """MetaSchedule's evolutionary search sized to the batch. Lean (CPU): a population of 16 per
     candidate measured, at least 128 and at most 512, over 2 generations for batches up to 16 and TVM's 4
     above. Not lean (CUDA, where building and measuring a candidate cost more than searching): 32 per
@@ -69,7 +69,7 @@ def _contexts(tasks: list[Task], target, threads: int, seed: int, batch: int) ->
             mod=t.mod,
             target=target,
             space_generator="post-order-apply",
-            search_strategy=_search(batch),
+            search_strategy=evolutionary(batch),
             task_name=t.name,
             logger=logger,
             rand_state=seed + i,
@@ -248,7 +248,7 @@ def search_rounds(
     batch per task (a warm start's); `on_validation` gets each batch's `Validation`."""
     while done < trials:
         remaining = trials - done
-        batch = min(_batch_size(remaining, len(tasks)), remaining)
+        batch = min(batch_size(remaining, len(tasks)), remaining)
         rounds = remaining - remaining % batch  # whole batches, then a smaller last round
         if first_batch:
             batch = min(first_batch, batch)
