@@ -2,8 +2,9 @@
 
 Every whole-file write in resaware goes through `replacing` (write a temporary file beside the target,
 fsync it, rename it over the target): a reader, or a process killed mid-write, sees the old file or the
-new one, never half. Every lock goes through `locked` (filelock: an flock on Unix, re-entrant within a
-process, so a function holding a lock may call one that takes it again).
+new one, never half. Locks are filelock's (an flock on Unix): `locked` holds the process's one,
+re-entrant lock of a file, so a function holding it may call one that takes it again; `try_lock` takes
+a lock of its own that even another holder in this process excludes (per-core claims).
 """
 
 from __future__ import annotations
